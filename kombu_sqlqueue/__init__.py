@@ -1,0 +1,15 @@
+"""kombu-sqlqueue: a Kombu/Celery broker over an ordinary SQL database.
+
+``broker_url = "sqlqueue+sqlite:///queue.db"`` is all a Celery app changes.
+Importing this package registers the ``sqlqueue`` URL scheme with Kombu; an
+installed copy also registers it at interpreter start (see README).
+"""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .registration import register
+
+register()
+
+__all__ = ["__version__", "register"]

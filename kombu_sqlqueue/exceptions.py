@@ -1,0 +1,56 @@
+"""The one exception tree of :mod:`kombu_sqlqueue`.
+
+Every error a user can meet derives from :class:`SqlQueueError`. Database
+driver errors (``sqlite3``, ``psycopg``, ``pymysql``) are wrapped where the
+store calls the database, so transport code only ever sees these classes.
+A class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class SqlQueueError(Exception):
+    """kombu-sqlqueue failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(SqlQueueError, ValueError):
+    """The transport or store is configured wrongly."""
+
+
+class InvalidURL(ConfigurationError):
+    """The broker URL cannot be used by kombu-sqlqueue."""
+
+
+class UnknownTransportOption(ConfigurationError):
+    """A transport option is not one kombu-sqlqueue knows."""
+
+
+class InvalidQueueName(SqlQueueError, ValueError):
+    """A queue name is empty, too long, or holds a control character."""
+
+
+class ClaimLimitExceeded(SqlQueueError, ValueError):
+    """A claim asked for more jobs than one claim may hand out."""
+
+
+class StoreError(SqlQueueError):
+    """The job store's database reported an error."""
+
+
+class StoreConnectionError(StoreError, ConnectionError):
+    """The job store lost, or could not open, its database connection."""
+
+
+class StoreBusyError(StoreConnectionError):
+    """The database stayed locked by other writers past the busy timeout."""
+
+
+class SchemaMismatch(StoreError):
+    """The job tables exist but lack columns contract v1 (and this package) needs."""
+
+
+class MalformedMessage(SqlQueueError, ValueError):
+    """A stored row's payload is not a message this transport can read."""

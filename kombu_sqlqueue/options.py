@@ -1,0 +1,183 @@
+"""Transport options, parsed once into a frozen dataclass. Unknown keys are an error.
+
+Set them as Celery's ``broker_transport_options`` or Kombu's
+``Connection(transport_options=...)``. Every option is listed, with its
+default, in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .exceptions import ConfigurationError, UnknownTransportOption
+from .store import DEFAULT_MAX_ATTEMPTS, MAX_CLAIM, BackoffPolicy, StoreOptions
+from .store.names import validate_queue_name
+
+#: Options Kombu or Celery themselves read from ``transport_options``; we accept
+#: them and leave them to their readers.
+KOMBU_GENERIC_OPTIONS = frozenset(
+    {
+        "body_encoding",
+        "deadletter_queue",
+        "max_retries",
+        "interval_start",
+        "interval_step",
+        "interval_max",
+        "connect_retries_timeout",
+        "retry_policy",
+    }
+)
+
+PRIORITY_ORDERS = ("high_first", "low_first")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Per-queue overrides of ``max_attempts`` and the backoff curve."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+
+def _number(name: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"transport option {name} must be a number, got {value!r}")
+    if integer and int(value) != value:
+        raise ConfigurationError(f"transport option {name} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"transport option {name} must be >= {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TransportOptions:
+    """Every setting of the transport, validated."""
+
+    #: Seconds a claimed message stays reserved before it may go to another
+    #: consumer. Renewed automatically while the consuming process lives.
+    visibility_timeout: float = 60.0
+    #: Seconds between renewals of held reservations (default: a third of the timeout).
+    renew_interval: float | None = None
+    #: Seconds an idle consumer waits between polls of an empty queue.
+    polling_interval: float = 0.1
+    #: Deliveries of a message before the claim dead-letters it instead.
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: Equal-jitter exponential backoff for ``reject(requeue=True)``.
+    backoff_base: float = 1.0
+    backoff_cap: float = 3600.0
+    #: Per-queue ``{"max_attempts": …, "backoff_base": …, "backoff_cap": …}``.
+    queue_options: Mapping[str, QueueOptions] = field(default_factory=dict)
+    #: ``high_first`` (RabbitMQ and contract v1: 9 before 0) or ``low_first`` (Redis: 0 first).
+    priority_order: str = "high_first"
+    #: Most messages one poll claims for a consumer (bounded by its prefetch).
+    claim_batch_size: int = 32
+    #: SQLite durability: ``NORMAL`` (default) or ``FULL``.
+    sqlite_synchronous: str = "NORMAL"
+    #: Seconds a writer waits on a locked SQLite database before retrying.
+    busy_timeout: float = 30.0
+    #: Create the tables on first use.
+    create_tables: bool = True
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
+        """Parse Kombu ``transport_options``; raise on unknown keys and bad values."""
+        raw = dict(raw or {})
+        known = {f.name for f in fields(cls)}
+        for key in raw:
+            if key not in known and key not in KOMBU_GENERIC_OPTIONS:
+                hint = difflib.get_close_matches(key, sorted(known), n=1)
+                raise UnknownTransportOption(
+                    f"unknown transport option {key!r}"
+                    + (f"; did you mean {hint[0]!r}?" if hint else "")
+                    + f" (known: {', '.join(sorted(known))})"
+                )
+        values = {k: v for k, v in raw.items() if k in known}
+        for name in ("visibility_timeout", "polling_interval", "backoff_base", "backoff_cap"):
+            if name in values:
+                values[name] = _number(name, values[name], minimum=0)
+        if values.get("renew_interval") is not None:
+            values["renew_interval"] = _number(
+                "renew_interval", values["renew_interval"], minimum=0.1
+            )
+        if "max_attempts" in values:
+            values["max_attempts"] = _number(
+                "max_attempts", values["max_attempts"], minimum=1, integer=True
+            )
+        if "claim_batch_size" in values:
+            values["claim_batch_size"] = _number(
+                "claim_batch_size", values["claim_batch_size"], minimum=1, integer=True
+            )
+            if values["claim_batch_size"] > MAX_CLAIM:
+                raise ConfigurationError(
+                    f"claim_batch_size may be at most {MAX_CLAIM}, got {values['claim_batch_size']}"
+                )
+        if "busy_timeout" in values:
+            values["busy_timeout"] = _number("busy_timeout", values["busy_timeout"], minimum=0.001)
+        order = values.get("priority_order", "high_first")
+        if order not in PRIORITY_ORDERS:
+            raise ConfigurationError(
+                f"priority_order must be one of {', '.join(PRIORITY_ORDERS)}, got {order!r}"
+            )
+        if "create_tables" in values and not isinstance(values["create_tables"], bool):
+            raise ConfigurationError(
+                f"create_tables must be True or False, got {values['create_tables']!r}"
+            )
+        base = cls(**{k: v for k, v in values.items() if k != "queue_options"})
+        per_queue = {
+            validate_queue_name(q): base._queue_options(q, o)
+            for q, o in dict(values.get("queue_options") or {}).items()
+        }
+        options = cls(
+            **{**{f.name: getattr(base, f.name) for f in fields(cls)}, "queue_options": per_queue}
+        )
+        if options.visibility_timeout < 1:
+            raise ConfigurationError(
+                f"visibility_timeout must be >= 1 second, got {options.visibility_timeout!r}"
+            )
+        options.store_options()  # validates the SQLite settings now, not at first use
+        return options
+
+    def _queue_options(self, queue: str, raw: Any) -> QueueOptions:
+        if isinstance(raw, QueueOptions):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"queue_options[{queue!r}] must be a mapping, got {raw!r}")
+        allowed = {"max_attempts", "backoff_base", "backoff_cap"}
+        unknown = set(raw) - allowed
+        if unknown:
+            raise UnknownTransportOption(
+                f"queue_options[{queue!r}] has unknown keys {sorted(unknown)}; "
+                f"allowed: {sorted(allowed)}"
+            )
+        return QueueOptions(
+            max_attempts=_number(
+                "max_attempts", raw.get("max_attempts", self.max_attempts), minimum=1, integer=True
+            ),
+            backoff=BackoffPolicy(
+                _number("backoff_base", raw.get("backoff_base", self.backoff_base), minimum=0),
+                _number("backoff_cap", raw.get("backoff_cap", self.backoff_cap), minimum=0),
+            ),
+        )
+
+    def for_queue(self, queue: str) -> QueueOptions:
+        """The attempts limit and backoff that apply to ``queue``."""
+        found = self.queue_options.get(queue)
+        if found is not None:
+            return found
+        return QueueOptions(self.max_attempts, BackoffPolicy(self.backoff_base, self.backoff_cap))
+
+    @property
+    def effective_renew_interval(self) -> float:
+        """Seconds between renewals: the option, or a third of the visibility timeout."""
+        return self.renew_interval or max(self.visibility_timeout / 3.0, 0.1)
+
+    def store_options(self) -> StoreOptions:
+        """The subset the job store takes."""
+        return StoreOptions(
+            create_tables=self.create_tables,
+            sqlite_synchronous=self.sqlite_synchronous,
+            busy_timeout=self.busy_timeout,
+        )

@@ -1,0 +1,185 @@
+"""Acknowledgement emulation: delivery tag → reservation, fenced settlements, renewal.
+
+Each delivery's tag maps to the :class:`~kombu_sqlqueue.store.Receipt` (row id
++ reservation token) of the claim that handed it out. ``ack`` deletes the row,
+``reject(requeue=True)`` releases it with backoff, ``reject(requeue=False)``
+dead-letters it, and a clean channel close returns unstarted deliveries. All
+of them are fenced: a settlement for a reservation another consumer took over
+writes nothing and is logged as stale.
+
+While the process lives, a daemon thread renews the reservations of every
+message it holds, so a long task is never redelivered; when the process dies
+they lapse after ``visibility_timeout`` and the message comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kombu.transport import virtual
+
+from .store import JobStore, Receipt
+
+if TYPE_CHECKING:
+    from .options import TransportOptions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A delivery this process holds: its receipt, queue and attempt number."""
+
+    receipt: Receipt
+    queue: str
+    attempts: int
+
+
+class HeldDeliveries:
+    """Thread-safe map of delivery tag → :class:`Held`, shared by a transport's channels."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_tag: dict[str, Held] = {}
+
+    def add(self, tag: str, held: Held) -> None:
+        with self._lock:
+            self._by_tag[tag] = held
+
+    def pop(self, tag: str) -> Held | None:
+        with self._lock:
+            return self._by_tag.pop(tag, None)
+
+    def snapshot(self) -> dict[str, Held]:
+        with self._lock:
+            return dict(self._by_tag)
+
+    def forget(self, tags: set[str]) -> None:
+        with self._lock:
+            for tag in tags:
+                self._by_tag.pop(tag, None)
+
+    def __len__(self) -> int:
+        return len(self._by_tag)
+
+
+class Renewer:
+    """Daemon thread that renews held reservations every ``interval`` seconds."""
+
+    def __init__(self, store: JobStore, held: HeldDeliveries, options: TransportOptions) -> None:
+        self.store = store
+        self.held = held
+        self.visibility = options.visibility_timeout
+        self.interval = options.effective_renew_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def ensure_started(self) -> None:
+        """Start the thread once (and again in a forked child, where threads do not survive)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._start_lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._loop, name="kombu-sqlqueue-renewer", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def renew_once(self) -> set[str]:
+        """Renew every held reservation now; return the tags that were lost."""
+        held = self.held.snapshot()
+        if not held:
+            return set()
+        still = self.store.renew([h.receipt for h in held.values()], self.visibility)
+        lost = {tag for tag, h in held.items() if h.receipt not in still}
+        # A tag acked between the snapshot and the renewal is gone from the
+        # table too; only warn about the ones we still think we hold.
+        current = self.held.snapshot()
+        lost_now = {t for t in lost if t in current}
+        for tag in lost_now:
+            h = current[tag]
+            logger.warning(
+                "reservation of job %d on queue %r was lost (it lapsed and another consumer "
+                "took it, or it was deleted); this worker's settlement of it will be stale",
+                h.receipt.job_id,
+                h.queue,
+            )
+        return lost_now
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.renew_once()
+            except Exception:  # keep renewing; a failed round is retried next interval
+                logger.exception("renewing reservations failed; will retry")
+
+
+class QoS(virtual.QoS):
+    """Kombu QoS whose settlements are fenced writes to the job store."""
+
+    channel: Any
+
+    def _settle(self, delivery_tag: str) -> Held | None:
+        held: Held | None = self.channel.connection.held.pop(delivery_tag)
+        if held is None:
+            logger.warning(
+                "delivery %s is not held by this process; nothing to settle", delivery_tag
+            )
+        return held
+
+    def ack(self, delivery_tag: str) -> None:
+        """Delete the job, unless its reservation was taken over (then: stale, logged)."""
+        held = self._settle(delivery_tag)
+        if held is not None and not self.channel.store.ack(held.receipt):
+            logger.warning(
+                "stale ack: job %d on queue %r was taken over by another consumer after its "
+                "reservation lapsed; the ack changed nothing",
+                held.receipt.job_id,
+                held.queue,
+            )
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """``requeue=True``: release with backoff. ``requeue=False``: dead-letter with a reason."""
+        held = self._settle(delivery_tag)
+        if held is not None:
+            store = self.channel.store
+            if requeue:
+                policy = self.channel.options.for_queue(held.queue).backoff
+                done = store.release(held.receipt, policy.delay(held.attempts))
+            else:
+                done = store.dead_letter(
+                    held.receipt,
+                    f"rejected by the consumer without requeue (attempt {held.attempts})",
+                )
+            if not done:
+                logger.warning(
+                    "stale reject: job %d on queue %r is no longer held by this consumer",
+                    held.receipt.job_id,
+                    held.queue,
+                )
+        self._quick_ack(delivery_tag)
+
+    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
+        """Hand back every unsettled delivery: ready now, the unstarted attempt refunded."""
+        self._flush()
+        errors: list[tuple[BaseException, Any]] = []
+        while self._delivered:
+            tag, message = self._delivered.popitem()
+            held = self.channel.connection.held.pop(tag)
+            if held is None:
+                continue
+            try:
+                self.channel.store.return_job(held.receipt)
+            except Exception as exc:
+                errors.append((exc, message))
+        return errors

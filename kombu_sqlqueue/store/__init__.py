@@ -1,0 +1,33 @@
+"""The job-table store: contract-v1 SQL over SQLAlchemy Core. No Kombu inside."""
+
+from __future__ import annotations
+
+from .backoff import BackoffPolicy
+from .model import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_CLAIM,
+    Backlog,
+    ClaimedJob,
+    DeadLetter,
+    NewJob,
+    Receipt,
+)
+from .names import MAX_QUEUE_NAME_LENGTH, validate_queue_name
+from .store import ClaimResult, JobStore, StoreOptions, parse_store_url
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_CLAIM",
+    "MAX_QUEUE_NAME_LENGTH",
+    "Backlog",
+    "BackoffPolicy",
+    "ClaimResult",
+    "ClaimedJob",
+    "DeadLetter",
+    "JobStore",
+    "NewJob",
+    "Receipt",
+    "StoreOptions",
+    "parse_store_url",
+    "validate_queue_name",
+]

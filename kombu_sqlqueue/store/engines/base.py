@@ -1,0 +1,145 @@
+"""The shared engine: contract-v1 SQL as named queries, portable where SQL allows.
+
+Every query has a name (``job_claim``, ``job_ack`` …) and the same name in
+every engine; an engine subclass overrides a query or a hook only where its
+database differs, with a comment saying why. Bind parameters only: queue
+names and payloads never enter SQL text. Time is the ``:now`` parameter (unix
+seconds) read once per store call from the client clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from ..schema import build_metadata
+
+
+class Queries:
+    """Named SQL statements. An engine subclasses this and overrides what differs."""
+
+    job_claim = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = :now + :visibility,
+               attempts       = attempts + 1,
+               reserved_token = :token
+         WHERE id IN (
+               SELECT id FROM askr_jobs
+                WHERE queue = :queue
+                  AND available_at <= :now
+                  AND (reserved_until IS NULL OR reserved_until <= :now)
+                ORDER BY priority DESC, available_at, id
+                LIMIT :n)
+        RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid
+        """
+    )
+    job_ack = sa.text("DELETE FROM askr_jobs WHERE id = :id AND reserved_token = :token")
+    job_ack_many = sa.text(
+        "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    job_release = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :available_at
+         WHERE id = :id AND reserved_token = :token
+        """
+    )
+    # A clean shutdown hands back messages the worker prefetched but never
+    # started, so the attempt the claim counted is given back.
+    job_return = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
+               attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+         WHERE id = :id AND reserved_token = :token
+        """
+    )
+    job_renew = sa.text(
+        "UPDATE askr_jobs SET reserved_until = :until WHERE reserved_token IN :tokens"
+    ).bindparams(sa.bindparam("tokens", expanding=True))
+    job_held = sa.text(
+        "SELECT id, reserved_token FROM askr_jobs WHERE reserved_token IN :tokens"
+    ).bindparams(sa.bindparam("tokens", expanding=True))
+    job_dead_letter_copy = sa.text(
+        """
+        INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)
+        SELECT uuid, queue, payload, :exception, attempts, :now
+          FROM askr_jobs WHERE id = :id AND reserved_token = :token
+        """
+    )
+    job_get = sa.text(
+        """
+        SELECT id, queue, payload, priority, available_at, reserved_until, attempts,
+               max_attempts, created_at, reserved_token, uuid
+          FROM askr_jobs WHERE id = :id
+        """
+    )
+    queue_backlog = sa.text(
+        """
+        SELECT count(*) AS total,
+               count(CASE WHEN available_at <= :now
+                           AND (reserved_until IS NULL OR reserved_until <= :now)
+                          THEN 1 END) AS ready,
+               coalesce(:now - min(CASE WHEN available_at <= :now
+                                         AND (reserved_until IS NULL OR reserved_until <= :now)
+                                        THEN available_at END), 0) AS oldest_seconds
+          FROM askr_jobs WHERE queue = :queue
+        """
+    )
+    # Waiting work: delayed jobs count, held jobs do not, lapsed ones do (seed 004 size()).
+    queue_size = sa.text(
+        """
+        SELECT count(*) FROM askr_jobs
+         WHERE queue = :queue AND (reserved_until IS NULL OR reserved_until <= :now)
+        """
+    )
+    # Never removes a reservation, even a lapsed one: its holder may still be running it.
+    queue_purge = sa.text("DELETE FROM askr_jobs WHERE queue = :queue AND reserved_until IS NULL")
+    queue_delete = sa.text("DELETE FROM askr_jobs WHERE queue = :queue")
+    dead_letter_sweep = sa.text("DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff")
+    dead_letter_list = sa.text(
+        """
+        SELECT id, uuid, queue, payload, exception, attempts, failed_at
+          FROM askr_failed_jobs
+         WHERE (:queue IS NULL OR queue = :queue)
+         ORDER BY id LIMIT :limit
+        """
+    )
+
+
+class BaseEngine:
+    """What every engine shares; subclasses override hooks and queries with a why-comment."""
+
+    #: URL scheme this engine serves (``sqlite``, ``postgresql`` …).
+    name: ClassVar[str] = "base"
+    #: The SQLAlchemy driver to use when the URL names none.
+    default_driver: ClassVar[str] = ""
+    #: The engine's clock in unix seconds, for column defaults only.
+    now_sql: ClassVar[str] = "0"
+    queries: ClassVar[type[Queries]] = Queries
+
+    def __init__(self) -> None:
+        self.metadata, self.jobs, self.failed = build_metadata(self.now_sql)
+        self.job_enqueue = sa.insert(self.jobs)
+        # RETURNING + executemany makes SQLAlchemy render multi-row
+        # INSERT … VALUES (…), (…) batches: bulk enqueue is one statement.
+        self.job_enqueue_many = sa.insert(self.jobs).returning(
+            self.jobs.c.id, sort_by_parameter_order=True
+        )
+
+    def normalize_url(self, url: URL) -> URL:
+        """Fill in the default driver and check what this engine cannot use."""
+        if "+" not in url.drivername and self.default_driver:
+            url = url.set(drivername=f"{url.drivername}+{self.default_driver}")
+        return url
+
+    def create_engine(self, url: URL, options: Any) -> sa.Engine:
+        """Create the SQLAlchemy engine; subclasses add connection setup."""
+        return sa.create_engine(url)
+
+    def is_busy_error(self, exc: BaseException) -> bool:
+        """True when ``exc`` means "another writer holds the lock; try again"."""
+        return False

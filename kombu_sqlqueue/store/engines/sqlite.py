@@ -1,0 +1,84 @@
+"""SQLite: one file shared by many processes.
+
+Overrides, each for a reason:
+
+* connection setup: WAL (readers never block the writer), a busy timeout (a
+  writer waits for the lock instead of failing), ``synchronous`` as the
+  durability option;
+* transactions: ``BEGIN IMMEDIATE`` for writes, because a deferred transaction
+  that reads then writes can fail with "database is locked" at its first write
+  with no busy wait at all (the lock upgrade would deadlock); reads use a
+  plain ``BEGIN``;
+* busy errors: "database is locked" is retried by the store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+
+from ...exceptions import InvalidURL
+from .base import BaseEngine
+
+#: Execution option that marks a read-only unit of work (plain ``BEGIN``).
+READ_ONLY = "sqlqueue_read_only"
+
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class SQLiteEngine(BaseEngine):
+    """The embedded default engine."""
+
+    name: ClassVar[str] = "sqlite"
+    default_driver: ClassVar[str] = "pysqlite"
+    now_sql: ClassVar[str] = "(unixepoch())"
+
+    def normalize_url(self, url: URL) -> URL:
+        url = super().normalize_url(url)
+        if not url.database or url.database == ":memory:":
+            raise InvalidURL(
+                "an in-memory SQLite database cannot be shared between connections or "
+                "processes; give a file path, e.g. sqlqueue+sqlite:///queue.db"
+            )
+        return url
+
+    def create_engine(self, url: URL, options: Any) -> sa.Engine:
+        synchronous = str(options.sqlite_synchronous).upper()
+        busy_ms = int(options.busy_timeout * 1000)
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": options.busy_timeout, "check_same_thread": False},
+            pool_size=8,
+            max_overflow=16,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+            # Autocommit at the driver: we issue BEGIN ourselves (below).
+            dbapi_conn.isolation_level = None
+            cursor = dbapi_conn.cursor()
+            # busy_timeout first: switching to WAL needs a lock that another
+            # process creating the same file may hold.
+            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: sa.Connection) -> None:
+            if conn.get_execution_options().get(READ_ONLY):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+
+    def is_busy_error(self, exc: BaseException) -> bool:
+        orig = getattr(exc, "orig", exc)
+        return isinstance(orig, sqlite3.OperationalError) and (
+            "locked" in str(orig) or "busy" in str(orig)
+        )

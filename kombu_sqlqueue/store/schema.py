@@ -1,0 +1,84 @@
+"""The contract-v1 tables as SQLAlchemy Core metadata, and their creation.
+
+Column names, order and meaning are contract v1's (``../shared/seeds/000``).
+Two additive, nullable columns are ours, allowed by the contract's
+compatibility rule:
+
+* ``reserved_token`` — written afresh by every claim; every settlement matches
+  it, so a late ack from a worker whose reservation was taken over changes
+  nothing (fencing, seed 004).
+* ``uuid`` — the caller's identity for the job (a Celery task id), so a
+  dead-letter row carries it without the store parsing payloads.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+JOBS_TABLE = "askr_jobs"
+FAILED_TABLE = "askr_failed_jobs"
+CLAIM_INDEX = "askr_jobs_claim"
+
+#: Columns contract v1 defines; a table lacking one of them is not ours to use.
+CONTRACT_JOB_COLUMNS = (
+    "id",
+    "queue",
+    "payload",
+    "priority",
+    "available_at",
+    "reserved_until",
+    "attempts",
+    "max_attempts",
+    "created_at",
+)
+#: Columns this package adds; added in place to a contract-v1 table lacking them.
+ADDITIVE_JOB_COLUMNS = {"reserved_token": "VARCHAR(64)", "uuid": "VARCHAR(255)"}
+
+# MySQL cannot index TEXT without a prefix length, and its BLOB stops at 64 KiB.
+_QueueName = sa.Text().with_variant(sa.String(255), "mysql", "mariadb")
+_Payload = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+
+def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    """Return fresh metadata with the two tables; ``now_sql`` is the engine's unix-seconds clock."""
+    metadata = sa.MetaData()
+    now_default = sa.text(now_sql)
+    jobs = sa.Table(
+        JOBS_TABLE,
+        metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column("queue", _QueueName, nullable=False, server_default="default"),
+        sa.Column("payload", _Payload, nullable=False),
+        sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("available_at", sa.BigInteger, nullable=False),
+        sa.Column("reserved_until", sa.BigInteger, nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("max_attempts", sa.Integer, nullable=False, server_default="25"),
+        sa.Column("created_at", sa.BigInteger, nullable=False, server_default=now_default),
+        sa.Column("reserved_token", sa.String(64), nullable=True),
+        sa.Column("uuid", sa.String(255), nullable=True),
+        # Contract v1 says AUTOINCREMENT: ids are never reused after a delete.
+        sqlite_autoincrement=True,
+    )
+    sa.Index(
+        CLAIM_INDEX,
+        jobs.c.queue,
+        jobs.c.reserved_until,
+        jobs.c.priority.desc(),
+        jobs.c.available_at,
+        jobs.c.id,
+    )
+    failed = sa.Table(
+        FAILED_TABLE,
+        metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column("uuid", sa.Text, nullable=True),
+        sa.Column("queue", sa.Text, nullable=False),
+        sa.Column("payload", _Payload, nullable=False),
+        sa.Column("exception", sa.Text, nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("failed_at", sa.BigInteger, nullable=False, server_default=now_default),
+        sqlite_autoincrement=True,
+    )
+    return metadata, jobs, failed

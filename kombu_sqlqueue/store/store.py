@@ -1,0 +1,455 @@
+"""The job store: the one object that executes SQL and owns transactions.
+
+Its verbs are the contract's operations (``enqueue``, ``claim``, ``ack`` …).
+It knows nothing of Kombu: payloads are opaque bytes. Driver errors are
+wrapped here, so callers only see :mod:`kombu_sqlqueue.exceptions`.
+
+Settlements (``ack``, ``release``, ``return_job``, ``dead_letter``) are
+fenced: each names a :class:`~.model.Receipt` (row id + reservation token)
+and returns ``True`` when it settled that delivery, ``False`` when the
+delivery is no longer the holder's (its reservation was taken over, or the
+row is gone). A stale settlement writes nothing. That is an answer, not an
+error, like an empty claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+
+from ..exceptions import (
+    ClaimLimitExceeded,
+    ConfigurationError,
+    InvalidURL,
+    SchemaMismatch,
+    StoreBusyError,
+    StoreConnectionError,
+    StoreError,
+)
+from .engines import ENGINES, BaseEngine
+from .engines.sqlite import READ_ONLY, SYNCHRONOUS_MODES
+from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
+from .names import validate_queue_name
+from .schema import ADDITIVE_JOB_COLUMNS, CONTRACT_JOB_COLUMNS, FAILED_TABLE, JOBS_TABLE
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How often a write that found the database locked (past the driver's own
+#: busy wait) is tried again before :class:`StoreBusyError` is raised.
+BUSY_RETRIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Connection-level settings of a :class:`JobStore`."""
+
+    #: Create the tables on first use (operators can switch this off and run
+    #: ``python -m kombu_sqlqueue create-tables``).
+    create_tables: bool = True
+    #: SQLite ``PRAGMA synchronous``: NORMAL (default) or FULL; see docs/configuration.md.
+    sqlite_synchronous: str = "NORMAL"
+    #: Seconds a writer waits for another writer's lock before retrying.
+    busy_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if str(self.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
+                f"got {self.sqlite_synchronous!r}"
+            )
+        if self.busy_timeout <= 0:
+            raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What a claim handed out, and how many exhausted rows it dead-lettered instead."""
+
+    jobs: list[ClaimedJob]
+    dead_lettered: int = 0
+
+
+def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
+    """Split a store URL (``sqlite:///queue.db``) into its engine class and SQLAlchemy URL."""
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise InvalidURL(f"cannot parse database URL {url!r}: {exc}") from exc
+    scheme = parsed.get_backend_name()
+    engine_cls = ENGINES.get(scheme)
+    if engine_cls is None:
+        raise InvalidURL(
+            f"database {scheme!r} in {url!r} is not supported; "
+            f"supported: {', '.join(sorted(ENGINES))} (e.g. sqlqueue+sqlite:///queue.db)"
+        )
+    engine = engine_cls()
+    return engine_cls, engine.normalize_url(parsed)
+
+
+class JobStore:
+    """Contract-v1 job table operations over one database.
+
+    Thread-safe: each call checks a connection out of SQLAlchemy's pool.
+    """
+
+    def __init__(self, url: str, options: StoreOptions | None = None) -> None:
+        self.options = options or StoreOptions()
+        engine_cls, sa_url = parse_store_url(url)
+        self.engine: BaseEngine = engine_cls()
+        self.url = sa_url
+        self.q = self.engine.queries
+        try:
+            self._db = self.engine.create_engine(sa_url, self.options)
+        except ImportError as exc:  # an optional driver is missing
+            raise ConfigurationError(
+                f"the driver for {sa_url.drivername} is not installed ({exc}); "
+                f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
+            ) from exc
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            # A forked child must not reuse the parent's connections.
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._db.dispose(close=False)
+
+    # -- plumbing -----------------------------------------------------------------
+
+    @contextmanager
+    def _wrapped(self) -> Iterator[None]:
+        try:
+            yield
+        except sa_exc.DBAPIError as exc:
+            if self.engine.is_busy_error(exc):
+                raise StoreBusyError(
+                    f"database {self.url.render_as_string(hide_password=True)} stayed locked "
+                    f"past the {self.options.busy_timeout}s busy timeout: {exc.orig}"
+                ) from exc
+            if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
+                raise StoreConnectionError(f"database connection failed: {exc.orig}") from exc
+            raise StoreError(f"database error: {exc.orig}") from exc
+        except sa_exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc}") from exc
+
+    def _run(self, work: Callable[[sa.Connection], T], *, read_only: bool = False) -> T:
+        """Run ``work`` in one transaction, retrying when the database is busy."""
+        self._ensure_schema()
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                with self._wrapped(), self._db.connect() as conn:
+                    if read_only:
+                        conn = conn.execution_options(**{READ_ONLY: True})
+                    with conn.begin():
+                        return work(conn)
+            except StoreBusyError:
+                if attempt == BUSY_RETRIES:
+                    raise
+                logger.warning("database busy; retrying (%d of %d)", attempt + 1, BUSY_RETRIES)
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            if self.options.create_tables:
+                self.create_schema()
+            else:
+                self.verify_schema()
+            self._schema_ready = True
+
+    # -- schema -------------------------------------------------------------------
+
+    def create_schema(self) -> None:
+        """Create the tables and claim index if absent; add our additive columns if missing.
+
+        Idempotent and safe to run from many processes at once.
+        """
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                with self._wrapped(), self._db.begin() as conn:
+                    self.engine.metadata.create_all(conn, checkfirst=True)
+                    self._add_missing_columns(conn)
+                break
+            except StoreBusyError:
+                if attempt == BUSY_RETRIES:
+                    raise
+                time.sleep(0.05 * 2**attempt)
+        self.verify_schema()
+
+    def _add_missing_columns(self, conn: sa.Connection) -> None:
+        present = {c["name"] for c in sa.inspect(conn).get_columns(JOBS_TABLE)}
+        for name, ddl_type in ADDITIVE_JOB_COLUMNS.items():
+            if name not in present:
+                # Identifiers are constants of this module; no user text here.
+                conn.exec_driver_sql(f"ALTER TABLE {JOBS_TABLE} ADD COLUMN {name} {ddl_type} NULL")
+
+    def verify_schema(self) -> None:
+        """Raise :class:`SchemaMismatch` unless both tables have every column we use."""
+        with self._wrapped(), self._db.connect() as conn:
+            inspector = sa.inspect(conn)
+            for table, needed in (
+                (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
+                (FAILED_TABLE, tuple(c.name for c in self.engine.failed.columns)),
+            ):
+                if not inspector.has_table(table):
+                    raise SchemaMismatch(
+                        f"table {table} does not exist; create it with "
+                        "`python -m kombu_sqlqueue create-tables URL` or set create_tables=True"
+                    )
+                present = {c["name"] for c in inspector.get_columns(table)}
+                missing = [c for c in needed if c not in present]
+                if missing:
+                    raise SchemaMismatch(f"table {table} lacks columns: {', '.join(missing)}")
+
+    # -- operations ---------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> int:
+        return int(time.time())
+
+    def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
+        validate_queue_name(job.queue)
+        if job.delay < 0:
+            raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
+        if job.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {job.max_attempts!r}")
+        # A delayed job is rounded up, so it is never claimable early.
+        available_at = math.ceil(now + job.delay) if job.delay > 0 else int(now)
+        return {
+            "queue": job.queue,
+            "payload": job.payload,
+            "priority": int(job.priority),
+            "available_at": available_at,
+            "max_attempts": int(job.max_attempts),
+            "created_at": int(now),
+            "uuid": job.uuid,
+        }
+
+    def enqueue(self, job: NewJob) -> int:
+        """Store one job; return its id."""
+        row = self._job_row(job, time.time())
+
+        def work(conn: sa.Connection) -> int:
+            pk = conn.execute(self.engine.job_enqueue, row).inserted_primary_key
+            assert pk is not None
+            return int(pk[0])
+
+        return self._run(work)
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Store many jobs in one transaction with multi-row INSERTs; return their ids in order."""
+        now = time.time()
+        rows = [self._job_row(job, now) for job in jobs]
+        if not rows:
+            return []
+
+        def work(conn: sa.Connection) -> list[int]:
+            result = conn.execute(self.engine.job_enqueue_many, rows)
+            return [int(r[0]) for r in result]
+
+        return self._run(work)
+
+    def claim(self, queue: str, n: int, visibility: float) -> ClaimResult:
+        """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds.
+
+        ``n <= 0`` claims nothing; ``n > MAX_CLAIM`` raises
+        :class:`ClaimLimitExceeded`. A row whose attempts would pass its
+        ``max_attempts`` is dead-lettered in the same transaction instead of
+        handed out. Jobs come back in claim order (priority, then age).
+        """
+        validate_queue_name(queue)
+        if n > MAX_CLAIM:
+            raise ClaimLimitExceeded(
+                f"a claim may hand out at most {MAX_CLAIM} jobs; {n} were asked for"
+            )
+        if n <= 0:
+            return ClaimResult([])
+        token = secrets.token_hex(16)
+        now = self._now()
+        params: dict[str, Any] = {
+            "queue": queue,
+            "n": int(n),
+            "now": now,
+            "visibility": max(1, math.ceil(visibility)),
+            "token": token,
+        }
+
+        def work(conn: sa.Connection) -> ClaimResult:
+            rows = list(conn.execute(self.q.job_claim, params))
+            rows.sort(key=lambda r: (-r.priority, r.available_at, r.id))
+            jobs: list[ClaimedJob] = []
+            dead = 0
+            for r in rows:
+                if r.attempts > r.max_attempts:
+                    reason = f"max attempts exceeded ({r.max_attempts} of {r.max_attempts} used)"
+                    self._dead_letter_in(conn, Receipt(r.id, token), reason, now)
+                    dead += 1
+                    continue
+                jobs.append(
+                    ClaimedJob(
+                        id=r.id,
+                        queue=r.queue,
+                        payload=bytes(r.payload),
+                        priority=r.priority,
+                        attempts=r.attempts,
+                        max_attempts=r.max_attempts,
+                        token=token,
+                        uuid=r.uuid,
+                    )
+                )
+            return ClaimResult(jobs, dead)
+
+        result = self._run(work)
+        if result.dead_lettered:
+            logger.warning(
+                "dead-lettered %d job(s) of queue %r: max attempts exceeded",
+                result.dead_lettered,
+                queue,
+            )
+        return result
+
+    def ack(self, receipt: Receipt) -> bool:
+        """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""
+        params = {"id": receipt.job_id, "token": receipt.token}
+        return self._run(lambda conn: conn.execute(self.q.job_ack, params).rowcount == 1)
+
+    def ack_many(self, receipts: Sequence[Receipt]) -> int:
+        """Ack several deliveries in one transaction; return how many were still held."""
+        by_token: dict[str, list[int]] = {}
+        for r in receipts:
+            by_token.setdefault(r.token, []).append(r.job_id)
+        if not by_token:
+            return 0
+
+        def work(conn: sa.Connection) -> int:
+            return sum(
+                conn.execute(self.q.job_ack_many, {"token": t, "ids": ids}).rowcount
+                for t, ids in by_token.items()
+            )
+
+        return self._run(work)
+
+    def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
+        now = time.time()
+        params = {
+            "id": receipt.job_id,
+            "token": receipt.token,
+            "available_at": math.ceil(now + delay) if delay > 0 else int(now),
+        }
+        return self._run(lambda conn: conn.execute(self.q.job_release, params).rowcount == 1)
+
+    def return_job(self, receipt: Receipt) -> bool:
+        """Hand back a delivery that never started: ready now, its attempt refunded; fenced."""
+        params = {"id": receipt.job_id, "token": receipt.token, "now": self._now()}
+        return self._run(lambda conn: conn.execute(self.q.job_return, params).rowcount == 1)
+
+    def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
+        """Extend the reservations still held; return the receipts that were.
+
+        A receipt missing from the result was acked already or taken over.
+        """
+        if not receipts:
+            return set()
+        tokens = sorted({r.token for r in receipts})
+        until = self._now() + max(1, math.ceil(visibility))
+
+        def work(conn: sa.Connection) -> set[Receipt]:
+            count = conn.execute(self.q.job_renew, {"until": until, "tokens": tokens}).rowcount
+            if count == len(receipts):
+                return set(receipts)
+            held = {
+                Receipt(int(row.id), row.reserved_token)
+                for row in conn.execute(self.q.job_held, {"tokens": tokens})
+            }
+            return held & set(receipts)
+
+        return self._run(work)
+
+    def _dead_letter_in(self, conn: sa.Connection, receipt: Receipt, reason: str, now: int) -> bool:
+        params = {"id": receipt.job_id, "token": receipt.token, "exception": reason, "now": now}
+        if conn.execute(self.q.job_dead_letter_copy, params).rowcount != 1:
+            return False
+        conn.execute(self.q.job_ack, params)
+        return True
+
+    def dead_letter(self, receipt: Receipt, reason: str) -> bool:
+        """Move the held job to ``askr_failed_jobs`` with ``reason``, in one transaction; fenced."""
+        now = self._now()
+        return self._run(lambda conn: self._dead_letter_in(conn, receipt, reason, now))
+
+    def backlog(self, queue: str) -> Backlog:
+        """Contract v1's ``total``, ``ready`` and ``oldest_seconds`` for ``queue``."""
+        validate_queue_name(queue)
+        params = {"queue": queue, "now": self._now()}
+        row = self._run(
+            lambda conn: conn.execute(self.q.queue_backlog, params).one(), read_only=True
+        )
+        return Backlog(queue, int(row.total), int(row.ready or 0), int(row.oldest_seconds or 0))
+
+    def size(self, queue: str) -> int:
+        """Jobs waiting on ``queue``: ready, delayed, or with a lapsed reservation."""
+        validate_queue_name(queue)
+        params = {"queue": queue, "now": self._now()}
+        return int(
+            self._run(lambda c: c.execute(self.q.queue_size, params).scalar_one(), read_only=True)
+        )
+
+    def purge(self, queue: str) -> int:
+        """Delete the unreserved jobs of ``queue`` (delayed ones too); return how many."""
+        validate_queue_name(queue)
+        return self._run(lambda c: c.execute(self.q.queue_purge, {"queue": queue}).rowcount)
+
+    def delete_queue(self, queue: str) -> int:
+        """Delete every job of ``queue``, held ones included; return how many."""
+        validate_queue_name(queue)
+        return self._run(lambda c: c.execute(self.q.queue_delete, {"queue": queue}).rowcount)
+
+    def sweep_dead_letters(self, retention: float) -> int:
+        """Delete dead letters older than ``retention`` seconds; return how many."""
+        cutoff = self._now() - int(retention)
+        return self._run(lambda c: c.execute(self.q.dead_letter_sweep, {"cutoff": cutoff}).rowcount)
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        """Read dead letters, oldest first (all queues when ``queue`` is None)."""
+        if queue is not None:
+            validate_queue_name(queue)
+        params = {"queue": queue, "limit": int(limit)}
+        rows = self._run(lambda c: c.execute(self.q.dead_letter_list, params).all(), read_only=True)
+        return [
+            DeadLetter(
+                r.id, r.uuid, r.queue, bytes(r.payload), r.exception, r.attempts, r.failed_at
+            )
+            for r in rows
+        ]
+
+    def get_job(self, job_id: int) -> dict[str, Any] | None:
+        """The raw row of one job, for inspection and tests; None if it is gone."""
+        row = self._run(
+            lambda c: c.execute(self.q.job_get, {"id": job_id}).mappings().first(),
+            read_only=True,
+        )
+        return dict(row) if row is not None else None
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._db.dispose()

@@ -1,0 +1,290 @@
+"""Kombu transport over a durable SQL job table (durable queue contract v1).
+
+Features
+========
+* Type: Virtual
+* Supports Direct: Yes
+* Supports Topic: Yes (bindings declared in this process, as other virtual transports)
+* Supports Fanout: No (see the control-plane issue)
+* Supports Priority: Yes (0–9; higher first, or Redis-style with ``priority_order``)
+* Supports TTL: No
+* Native delayed delivery: Yes (Celery ``eta``/``countdown`` set ``available_at``)
+* Acknowledgements: fenced (row id + reservation token); reservations renewed while
+  the consumer lives, lapsing after ``visibility_timeout`` when it dies.
+
+Connection String
+=================
+.. code-block::
+
+    sqlqueue+sqlite:///relative/path/queue.db
+    sqlqueue+sqlite:////absolute/path/queue.db
+
+Everything after ``sqlqueue+`` is an SQLAlchemy URL.
+
+Transport Options
+=================
+See :class:`kombu_sqlqueue.options.TransportOptions` (and ``docs/configuration.md``):
+``visibility_timeout``, ``renew_interval``, ``polling_interval``,
+``max_attempts``, ``backoff_base``, ``backoff_cap``, ``queue_options``,
+``priority_order``, ``claim_batch_size``, ``sqlite_synchronous``,
+``busy_timeout``, ``create_tables``.
+
+This module holds no SQL: it turns Kombu calls into job-store calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from queue import Empty
+from typing import Any
+
+import sqlalchemy
+from kombu.transport import virtual
+
+from ._version import __version__
+from .exceptions import MalformedMessage, StoreConnectionError, StoreError
+from .options import TransportOptions
+from .qos import Held, HeldDeliveries, QoS, Renewer
+from .store import ClaimedJob, JobStore, NewJob
+from .store.names import validate_queue_name
+
+logger = logging.getLogger(__name__)
+
+#: Kombu clamps message priorities to this range (``virtual.Channel.max_priority``).
+MAX_PRIORITY = 9
+
+
+def eta_delay(headers: dict[str, Any] | None, now: datetime | None = None) -> float:
+    """Seconds until a Celery message's ``eta`` header (0 when absent or past).
+
+    A naive ``eta`` is taken as UTC, as Celery writes UTC unless told otherwise.
+    """
+    eta = (headers or {}).get("eta")
+    if not eta:
+        return 0.0
+    try:
+        when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    except ValueError:
+        logger.warning("ignoring unparsable eta header %r; delivering now", eta)
+        return 0.0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+class Channel(virtual.Channel):
+    """A virtual channel whose queues are rows of ``askr_jobs``."""
+
+    QoS = QoS
+    connection: Transport
+
+    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self.store: JobStore = connection.store
+        self.options: TransportOptions = connection.options
+        self._noack_queues: set[str] = set()
+
+    # -- publishing -------------------------------------------------------------------
+
+    def _stored_priority(self, message: dict[str, Any]) -> int:
+        priority = int(self._get_message_priority(message))
+        if self.options.priority_order == "low_first":
+            # Redis order (0 first) stored in contract order (higher first).
+            return MAX_PRIORITY - priority
+        return priority
+
+    def _new_job(self, queue: str, message: dict[str, Any]) -> NewJob:
+        headers = message.get("headers") or {}
+        properties = message.get("properties") or {}
+        task_id = headers.get("id") or properties.get("correlation_id")
+        return NewJob(
+            queue=queue,
+            payload=json.dumps(message).encode(),
+            priority=self._stored_priority(message),
+            delay=eta_delay(headers),
+            max_attempts=self.options.for_queue(queue).max_attempts,
+            uuid=str(task_id) if task_id else None,
+        )
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish: one INSERT; the job is stored when this returns."""
+        self.store.enqueue(self._new_job(queue, message))
+
+    def _restore(self, message: Any) -> None:
+        # Settlements go through QoS; Kombu's republish-on-restore would
+        # duplicate a row that is still in the table.
+        raise NotImplementedError("kombu-sqlqueue restores through its QoS, not by republishing")
+
+    # -- consuming --------------------------------------------------------------------
+
+    def _decode(self, job: ClaimedJob) -> dict[str, Any] | None:
+        """The Kombu message in ``job``, or None after dead-lettering an unreadable row."""
+        try:
+            message = json.loads(job.payload)
+            if not isinstance(message, dict) or not isinstance(message.get("properties"), dict):
+                raise MalformedMessage("payload is JSON but not a Kombu message (no properties)")
+        except (ValueError, MalformedMessage) as exc:
+            reason = f"malformed stored message: {exc}"
+            logger.error(
+                "job %d on queue %r: %s; moved to askr_failed_jobs", job.id, job.queue, reason
+            )
+            self.store.dead_letter(job.receipt, reason)
+            return None
+        tag = f"{job.id}:{job.token}"
+        props = message["properties"]
+        props["delivery_tag"] = tag
+        info = props.setdefault("delivery_info", {})
+        info["redelivered"] = job.attempts > 1
+        message["redelivered"] = job.attempts > 1
+        return message
+
+    def _claim(self, queue: str, n: int) -> list[dict[str, Any]]:
+        jobs = self.store.claim(queue, n, self.options.visibility_timeout).jobs
+        messages = []
+        noack = queue in self._noack_queues
+        for job in jobs:
+            message = self._decode(job)
+            if message is None:
+                continue
+            if noack:
+                # no_ack consumers (Celery's pidbox, events) settle on receipt.
+                self.store.ack(job.receipt)
+            else:
+                self.connection.held.add(
+                    message["properties"]["delivery_tag"], Held(job.receipt, queue, job.attempts)
+                )
+            messages.append(message)
+        if messages and not noack:
+            self.connection.renewer.ensure_started()
+        return messages
+
+    def _batch_size(self) -> int:
+        room = self.qos.can_consume_max_estimate()
+        limit = self.options.claim_batch_size
+        return limit if room is None else max(0, min(room, limit))
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        messages = self._claim(queue, 1)
+        if not messages:
+            raise Empty()
+        return messages[0]
+
+    def _get_and_deliver(self, queue: str, callback: Callable[[Any, str], Any]) -> None:
+        """Claim a batch for the consumer's free prefetch room, and deliver each message."""
+        messages = self._claim(queue, self._batch_size())
+        if not messages:
+            raise Empty()
+        for message in messages:
+            callback(message, queue)
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._noack_queues.add(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        if queue is not None:
+            self._noack_queues.discard(queue)
+        return super().basic_cancel(consumer_tag)
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        if not no_ack:
+            return super().basic_get(queue, no_ack, **kwargs)
+        self._noack_queues.add(queue)
+        try:
+            return super().basic_get(queue, True, **kwargs)
+        finally:
+            self._noack_queues.discard(queue)
+
+    # -- queue management ---------------------------------------------------------------
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        # Queues are values of the ``queue`` column: nothing to create, but
+        # the name is checked now rather than at the first publish.
+        validate_queue_name(queue)
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        validate_queue_name(queue)
+        return True
+
+    def _size(self, queue: str) -> int:
+        return self.store.size(queue)
+
+    def _purge(self, queue: str) -> int:
+        return self.store.purge(queue)
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self.store.delete_queue(queue)
+
+
+class Transport(virtual.Transport):
+    """Kombu transport for ``sqlqueue+<sqlalchemy-url>`` broker URLs."""
+
+    Channel = Channel
+
+    can_parse_url = True
+    default_port = None
+    polling_interval = 0.1
+    # Not 'sql': Celery switches events off for driver_type == 'sql'.
+    driver_type = "sqlqueue"
+    driver_name = "sqlalchemy"
+
+    # kombu types these as 1-tuples; ours add the store's wrapped errors.
+    connection_errors: tuple[type[BaseException], ...] = (  # type: ignore[assignment]
+        *virtual.Transport.connection_errors,
+        StoreConnectionError,
+    )
+    channel_errors: tuple[type[BaseException], ...] = (  # type: ignore[assignment]
+        *virtual.Transport.channel_errors,
+        StoreError,
+    )
+
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False,
+        exchange_type=frozenset(["direct", "topic"]),
+        heartbeats=False,
+    )
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        self.options = TransportOptions.from_mapping(client.transport_options)
+        super().__init__(client, **kwargs)
+        self.polling_interval = self.options.polling_interval
+        url = client.hostname
+        if not url or "://" not in str(url):
+            from .exceptions import InvalidURL
+
+            raise InvalidURL(
+                f"broker URL must be sqlqueue+<database-url>, e.g. sqlqueue+sqlite:///queue.db; "
+                f"got {client.as_uri() if url else 'no URL'}"
+            )
+        self.store = JobStore(str(url), self.options.store_options())
+        self.held = HeldDeliveries()
+        self.renewer = Renewer(self.store, self.held, self.options)
+
+    def close_connection(self, connection: Any) -> None:
+        try:
+            super().close_connection(connection)
+        finally:
+            self.renewer.stop()
+            self.store.close()
+
+    def driver_version(self) -> str:
+        return str(sqlalchemy.__version__)
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        return {"hostname": "sqlite:///kombu-sqlqueue.db"}
+
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        from sqlalchemy.engine import make_url
+
+        rendered = make_url(uri).render_as_string(hide_password=not include_password)
+        return f"sqlqueue+{rendered}"
+
+
+__all__ = ["Channel", "Transport", "__version__", "eta_delay"]
