@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .exceptions import ConfigurationError, UnknownTransportOption
+from .exceptions import ConfigurationError, InvalidQueueName, UnknownTransportOption
 from .store import DEFAULT_MAX_ATTEMPTS, MAX_CLAIM, BackoffPolicy, StoreOptions
 from .store.names import validate_queue_name
 
@@ -126,10 +126,13 @@ class TransportOptions:
                 f"create_tables must be True or False, got {values['create_tables']!r}"
             )
         base = cls(**{k: v for k, v in values.items() if k != "queue_options"})
-        per_queue = {
-            validate_queue_name(q): base._queue_options(q, o)
-            for q, o in dict(values.get("queue_options") or {}).items()
-        }
+        per_queue: dict[str, QueueOptions] = {}
+        for queue, raw_queue in dict(values.get("queue_options") or {}).items():
+            try:
+                validate_queue_name(queue)
+            except InvalidQueueName as exc:
+                raise ConfigurationError(f"queue_options: {exc}") from exc
+            per_queue[queue] = base._queue_options(queue, raw_queue)
         options = cls(
             **{**{f.name: getattr(base, f.name) for f in fields(cls)}, "queue_options": per_queue}
         )

@@ -119,6 +119,8 @@ class JobStore:
                 f"the driver for {sa_url.drivername} is not installed ({exc}); "
                 f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
             ) from exc
+        #: Unix-seconds clock; every operation reads it once. Tests may replace it.
+        self.clock: Callable[[], float] = time.time
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         self._pid = os.getpid()
@@ -222,9 +224,8 @@ class JobStore:
 
     # -- operations ---------------------------------------------------------------
 
-    @staticmethod
-    def _now() -> int:
-        return int(time.time())
+    def _now(self) -> int:
+        return int(self.clock())
 
     def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
         validate_queue_name(job.queue)
@@ -246,7 +247,7 @@ class JobStore:
 
     def enqueue(self, job: NewJob) -> int:
         """Store one job; return its id."""
-        row = self._job_row(job, time.time())
+        row = self._job_row(job, self.clock())
 
         def work(conn: sa.Connection) -> int:
             pk = conn.execute(self.engine.job_enqueue, row).inserted_primary_key
@@ -257,14 +258,14 @@ class JobStore:
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
         """Store many jobs in one transaction with multi-row INSERTs; return their ids in order."""
-        now = time.time()
+        now = self.clock()
         rows = [self._job_row(job, now) for job in jobs]
         if not rows:
             return []
 
         def work(conn: sa.Connection) -> list[int]:
             result = conn.execute(self.engine.job_enqueue_many, rows)
-            return [int(r[0]) for r in result]
+            return sorted(int(r[0]) for r in result)
 
         return self._run(work)
 
@@ -350,7 +351,7 @@ class JobStore:
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
-        now = time.time()
+        now = self.clock()
         params = {
             "id": receipt.job_id,
             "token": receipt.token,

@@ -126,9 +126,10 @@ class BaseEngine:
         self.job_enqueue = sa.insert(self.jobs)
         # RETURNING + executemany makes SQLAlchemy render multi-row
         # INSERT … VALUES (…), (…) batches: bulk enqueue is one statement.
-        self.job_enqueue_many = sa.insert(self.jobs).returning(
-            self.jobs.c.id, sort_by_parameter_order=True
-        )
+        # (Asking it to sort RETURNING rows by parameter order makes it fall
+        # back to one INSERT per row on SQLite; one statement's ids ascend in
+        # VALUES order, so the store sorts them instead.)
+        self.job_enqueue_many = sa.insert(self.jobs).returning(self.jobs.c.id)
 
     def normalize_url(self, url: URL) -> URL:
         """Fill in the default driver and check what this engine cannot use."""

@@ -1,0 +1,61 @@
+"""The tiny Celery app of ``bench_transports.py``'s Celery scenario.
+
+The worker subprocess imports this module (``celery -A celery_bench_app``); the
+broker URL, prefetch multiplier and completion file come from the environment,
+so one module serves every transport. The benchmark process builds its
+publishing app with :func:`make_app` too, so both sides share one config.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+QUEUE = "bench_celery"
+TASK_NAME = "bench.noop"
+
+
+def make_app(broker_url: str, prefetch_multiplier: int) -> Celery:
+    """A Celery app with no result backend, late acks and the given prefetch."""
+    app = Celery("celery_bench_app", broker=broker_url, backend=None, set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        worker_prefetch_multiplier=prefetch_multiplier,
+        task_default_queue=QUEUE,
+        task_serializer="json",
+        accept_content=["json"],
+        # Identical for every transport: no remote control (pidbox is a fanout
+        # exchange, which the SQL transports lack), no events, no gossip.
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+    )
+
+    _fd: list[int] = []
+
+    @app.task(name=TASK_NAME, ignore_result=True)
+    def noop(i: int) -> None:
+        # Completion marker: one timestamped line per task in a shared file
+        # (O_APPEND writes of a few bytes are atomic across processes).
+        path = os.environ.get("BENCH_DONE_FILE")
+        if path is None:
+            return None
+        if not _fd:
+            _fd.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        os.write(_fd[0], f"{time.time():.6f}\n".encode())
+        return None
+
+    return app
+
+
+app = make_app(
+    os.environ.get("BENCH_BROKER_URL", "memory://"),
+    int(os.environ.get("BENCH_PREFETCH_MULTIPLIER", "8")),
+)

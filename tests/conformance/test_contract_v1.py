@@ -1,0 +1,437 @@
+"""Durable queue contract v1, operation by operation, against the store on every engine.
+
+The clock is the store's ``clock`` attribute, moved forward by the tests
+instead of sleeping; the database is real.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from kombu_sqlqueue.exceptions import (
+    ClaimLimitExceeded,
+    InvalidQueueName,
+    SchemaMismatch,
+    StoreError,
+)
+from kombu_sqlqueue.store import MAX_CLAIM, JobStore, NewJob, Receipt, StoreOptions
+
+T0 = 1_800_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = float(T0)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(store: JobStore) -> Clock:
+    c = Clock()
+    store.clock = c
+    return c
+
+
+def job(queue: str = "q", payload: bytes = b"p", **kw: object) -> NewJob:
+    return NewJob(queue=queue, payload=payload, **kw)  # type: ignore[arg-type]
+
+
+def raw(store: JobStore, sql: str) -> list[tuple[object, ...]]:
+    with store._db.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(sql)]
+
+
+# -- schema --------------------------------------------------------------------------
+
+
+def test_tables_and_claim_index_have_contract_names(store: JobStore) -> None:
+    store.create_schema()
+    store.create_schema()  # idempotent
+    insp = sa.inspect(store._db)
+    jobs = [c["name"] for c in insp.get_columns("askr_jobs")]
+    assert jobs[:9] == [
+        "id", "queue", "payload", "priority", "available_at",
+        "reserved_until", "attempts", "max_attempts", "created_at",
+    ]  # fmt: skip
+    assert {"reserved_token", "uuid"} <= set(jobs)
+    failed = [c["name"] for c in insp.get_columns("askr_failed_jobs")]
+    assert failed == ["id", "uuid", "queue", "payload", "exception", "attempts", "failed_at"]
+    index = {i["name"]: i for i in insp.get_indexes("askr_jobs")}["askr_jobs_claim"]
+    assert index["column_names"] == ["queue", "reserved_until", "priority", "available_at", "id"]
+
+
+def test_contract_table_made_by_another_runtime_gains_our_columns(db_url: str) -> None:
+    engine = sa.create_engine(db_url)
+    with engine.begin() as conn:  # contract v1's DDL, verbatim
+        conn.exec_driver_sql(
+            """CREATE TABLE askr_jobs (
+              id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL DEFAULT 'default',
+              payload BLOB NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
+              available_at INTEGER NOT NULL, reserved_until INTEGER,
+              attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 25,
+              created_at INTEGER NOT NULL DEFAULT (unixepoch()))"""
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO askr_jobs (queue, payload, available_at) VALUES ('q', x'01', 0)"
+        )
+    engine.dispose()
+    store = JobStore(db_url)
+    try:
+        claimed = store.claim("q", 1, 30).jobs
+        assert [j.payload for j in claimed] == [b"\x01"]
+        assert store.ack(claimed[0].receipt)
+    finally:
+        store.close()
+
+
+def test_missing_tables_with_create_off_is_a_named_error(db_url: str) -> None:
+    store = JobStore(db_url, StoreOptions(create_tables=False))
+    try:
+        with pytest.raises(SchemaMismatch, match="askr_jobs does not exist"):
+            store.size("q")
+    finally:
+        store.close()
+
+
+# -- enqueue -------------------------------------------------------------------------
+
+
+def test_enqueue_stamps_columns(store: JobStore, clock: Clock) -> None:
+    job_id = store.enqueue(job(priority=5, max_attempts=3, uuid="u-1"))
+    row = store.get_job(job_id)
+    assert row is not None
+    assert (row["queue"], row["payload"], row["priority"]) == ("q", b"p", 5)
+    assert (row["available_at"], row["created_at"], row["max_attempts"]) == (T0, T0, 3)
+    assert (row["reserved_until"], row["attempts"], row["uuid"]) == (None, 0, "u-1")
+
+
+def test_bulk_enqueue_is_one_statement_and_keeps_order(store: JobStore, clock: Clock) -> None:
+    store.create_schema()
+    inserts: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.lstrip().upper().startswith("INSERT"):
+            inserts.append(statement)
+
+    sa.event.listen(store._db, "before_cursor_execute", count)
+    ids = store.enqueue_many([job(payload=b"%d" % i) for i in range(300)])
+    sa.event.remove(store._db, "before_cursor_execute", count)
+    assert len(inserts) == 1
+    assert len(ids) == 300 and ids == sorted(ids)
+    assert [store.get_job(i)["payload"] for i in ids[:3]] == [b"0", b"1", b"2"]  # type: ignore[index]
+    assert store.enqueue_many([]) == []
+
+
+def test_binary_payload_round_trips(store: JobStore) -> None:
+    payload = bytes(range(256)) * 64
+    store.enqueue(job(payload=payload))
+    assert store.claim("q", 1, 30).jobs[0].payload == payload
+
+
+def test_delayed_job_is_not_claimable_before_its_time(store: JobStore, clock: Clock) -> None:
+    store.enqueue(job(delay=10.2))
+    assert store.claim("q", 10, 30).jobs == []
+    clock.advance(10)
+    assert store.claim("q", 10, 30).jobs == []  # rounded up: never early
+    clock.advance(1)
+    assert len(store.claim("q", 10, 30).jobs) == 1
+
+
+# -- claim ---------------------------------------------------------------------------
+
+
+def test_claim_orders_by_priority_then_age_and_stays_in_its_queue(
+    store: JobStore, clock: Clock
+) -> None:
+    store.enqueue(job(payload=b"low-old", priority=0))
+    clock.advance(1)
+    store.enqueue(job(payload=b"high", priority=9))
+    store.enqueue(job(payload=b"low-new", priority=0))
+    store.enqueue(job(queue="other", payload=b"elsewhere", priority=9))
+    clock.advance(1)
+    claimed = store.claim("q", 10, 30).jobs
+    assert [j.payload for j in claimed] == [b"high", b"low-old", b"low-new"]
+
+
+def test_claim_reserves_counts_attempt_and_writes_a_fresh_token(
+    store: JobStore, clock: Clock
+) -> None:
+    store.enqueue(job())
+    (first,) = store.claim("q", 1, 30).jobs
+    row = store.get_job(first.id)
+    assert row is not None
+    assert (row["attempts"], row["reserved_until"], row["reserved_token"]) == (
+        1,
+        T0 + 30,
+        first.token,
+    )
+    assert store.claim("q", 1, 30).jobs == []  # reserved: nobody else gets it
+    clock.advance(30)  # lapsed
+    (second,) = store.claim("q", 1, 30).jobs
+    assert second.id == first.id and second.attempts == 2 and second.token != first.token
+
+
+@pytest.mark.parametrize("n", [0, -1, -1000])
+def test_claim_of_zero_or_fewer_claims_nothing(store: JobStore, n: int) -> None:
+    store.enqueue(job())
+    assert store.claim("q", n, 30).jobs == []
+    assert store.backlog("q").ready == 1
+
+
+def test_claim_above_the_ceiling_is_refused_not_trimmed(store: JobStore) -> None:
+    store.enqueue(job())
+    with pytest.raises(ClaimLimitExceeded, match=str(MAX_CLAIM)):
+        store.claim("q", MAX_CLAIM + 1, 30)
+    assert store.backlog("q").ready == 1
+    assert len(store.claim("q", MAX_CLAIM, 30).jobs) == 1
+
+
+def test_empty_queue_is_an_answer_not_an_error(store: JobStore) -> None:
+    assert store.claim("nothing-here", 5, 30).jobs == []
+
+
+def test_concurrent_claimers_never_share_a_job(db_url: str) -> None:
+    seed = JobStore(db_url)
+    seed.enqueue_many([job(payload=b"%d" % i) for i in range(400)])
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        s = JobStore(db_url)
+        try:
+            while True:
+                got = s.claim("q", 7, 60).jobs
+                if not got:
+                    return
+                with lock:
+                    seen.extend(j.id for j in got)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    seed.close()
+    assert len(seen) == 400 and len(set(seen)) == 400
+
+
+# -- settlements and fencing ---------------------------------------------------------
+
+
+@pytest.fixture
+def taken_over(store: JobStore, clock: Clock) -> Iterator[tuple[Receipt, Receipt]]:
+    """A job claimed by A, lapsed, and claimed again by B."""
+    store.enqueue(job(uuid="u-9"))
+    (a,) = store.claim("q", 1, 5).jobs
+    clock.advance(5)
+    (b,) = store.claim("q", 1, 5).jobs
+    yield a.receipt, b.receipt
+
+
+def test_ack_deletes_and_a_second_ack_is_stale(store: JobStore) -> None:
+    store.enqueue(job())
+    (j,) = store.claim("q", 1, 30).jobs
+    assert store.ack(j.receipt) is True
+    assert store.get_job(j.id) is None
+    assert store.ack(j.receipt) is False
+
+
+def test_late_ack_of_a_taken_over_job_changes_nothing(
+    store: JobStore, taken_over: tuple[Receipt, Receipt]
+) -> None:
+    a, b = taken_over
+    before = store.get_job(a.job_id)
+    assert store.ack(a) is False
+    assert store.release(a, 0) is False
+    assert store.return_job(a) is False
+    assert store.dead_letter(a, "late") is False
+    assert store.renew([a], 30) == set()
+    assert store.get_job(a.job_id) == before
+    assert store.dead_letters() == []
+    assert store.ack(b) is True
+
+
+def test_ack_many_acks_only_what_is_held(
+    store: JobStore, taken_over: tuple[Receipt, Receipt]
+) -> None:
+    a, b = taken_over
+    store.enqueue(job(payload=b"other"))
+    (c,) = store.claim("q", 1, 30).jobs
+    assert store.ack_many([a, c.receipt]) == 1
+    assert store.get_job(a.job_id) is not None and store.get_job(c.id) is None
+    assert store.ack_many([b]) == 1
+
+
+def test_release_rearms_after_delay_and_keeps_attempts(store: JobStore, clock: Clock) -> None:
+    store.enqueue(job())
+    (j,) = store.claim("q", 1, 30).jobs
+    assert store.release(j.receipt, delay=4) is True
+    row = store.get_job(j.id)
+    assert row is not None
+    assert (row["reserved_until"], row["reserved_token"], row["attempts"]) == (None, None, 1)
+    assert row["available_at"] == T0 + 4
+    assert store.claim("q", 1, 30).jobs == []
+    clock.advance(4)
+    (again,) = store.claim("q", 1, 30).jobs
+    assert again.attempts == 2
+
+
+def test_return_refunds_the_unstarted_attempt(store: JobStore) -> None:
+    store.enqueue(job())
+    (j,) = store.claim("q", 1, 30).jobs
+    assert store.return_job(j.receipt) is True
+    (again,) = store.claim("q", 1, 30).jobs
+    assert again.attempts == 1
+
+
+def test_renew_extends_only_held_reservations(store: JobStore, clock: Clock) -> None:
+    store.enqueue_many([job(), job()])
+    first, second = store.claim("q", 2, 10).jobs
+    assert store.ack(second.receipt)
+    clock.advance(9)
+    assert store.renew([first.receipt, second.receipt], 10) == {first.receipt}
+    clock.advance(9)  # past the first deadline, inside the renewed one
+    assert store.claim("q", 1, 10).jobs == []
+    assert store.get_job(first.id)["reserved_until"] == T0 + 19  # type: ignore[index]
+
+
+def test_dead_letter_moves_the_row_with_reason_in_one_step(store: JobStore, clock: Clock) -> None:
+    store.enqueue(job(payload=b"body", uuid="task-1"))
+    (j,) = store.claim("q", 1, 30).jobs
+    assert store.dead_letter(j.receipt, "handler raised ValueError") is True
+    assert store.get_job(j.id) is None
+    (dead,) = store.dead_letters()
+    assert (dead.uuid, dead.queue, dead.payload) == ("task-1", "q", b"body")
+    assert (dead.exception, dead.attempts, dead.failed_at) == ("handler raised ValueError", 1, T0)
+
+
+def test_claim_dead_letters_a_job_past_max_attempts(store: JobStore, clock: Clock) -> None:
+    store.enqueue(job(max_attempts=2, uuid="poison"))
+    store.enqueue(job(payload=b"healthy", priority=-1))
+    for _ in range(2):
+        got = store.claim("q", 1, 5).jobs
+        assert [j.uuid for j in got] == ["poison"]
+        clock.advance(5)  # the worker died; the reservation lapses
+    result = store.claim("q", 5, 5)
+    assert [j.payload for j in result.jobs] == [b"healthy"]
+    assert result.dead_lettered == 1
+    (dead,) = store.dead_letters("q")
+    assert dead.uuid == "poison" and dead.attempts == 3
+    assert dead.exception is not None and "max attempts exceeded" in dead.exception
+
+
+# -- backlog, size, purge, delete, sweep ---------------------------------------------
+
+
+def test_backlog_reports_total_ready_and_oldest(store: JobStore, clock: Clock) -> None:
+    assert store.backlog("q").total == 0 and store.backlog("q").oldest_seconds == 0
+    store.enqueue(job())
+    clock.advance(7)
+    store.enqueue(job())
+    store.enqueue(job(delay=100))
+    store.enqueue(job(priority=9))
+    store.claim("q", 1, 30)  # holds the priority-9 job
+    b = store.backlog("q")
+    assert (b.total, b.ready, b.oldest_seconds) == (4, 2, 7)
+
+
+def test_size_counts_delayed_and_lapsed_but_not_held(store: JobStore, clock: Clock) -> None:
+    store.enqueue_many([job(), job(), job(delay=50)])
+    store.claim("q", 1, 10)
+    assert store.size("q") == 2
+    clock.advance(10)
+    assert store.size("q") == 3
+
+
+def test_purge_removes_unreserved_jobs_only(store: JobStore, clock: Clock) -> None:
+    store.enqueue_many([job(), job(), job(delay=50)])
+    (held,) = store.claim("q", 1, 10).jobs
+    clock.advance(20)  # even a lapsed reservation is not purged
+    assert store.purge("q") == 2
+    assert store.get_job(held.id) is not None
+    assert store.ack(held.receipt)
+
+
+def test_delete_queue_removes_everything_of_that_queue(store: JobStore) -> None:
+    store.enqueue_many([job(), job(), job(queue="keep")])
+    store.claim("q", 1, 10)
+    assert store.delete_queue("q") == 2
+    assert store.size("keep") == 1
+
+
+def test_sweep_deletes_dead_letters_past_retention(store: JobStore, clock: Clock) -> None:
+    store.enqueue_many([job(), job()])
+    first, second = store.claim("q", 2, 10).jobs
+    store.dead_letter(first.receipt, "old")
+    clock.advance(100)
+    store.dead_letter(second.receipt, "new")
+    assert store.sweep_dead_letters(retention=50) == 1
+    assert [d.exception for d in store.dead_letters()] == ["new"]
+
+
+# -- names and errors ----------------------------------------------------------------
+
+CELERY_NAMES = [
+    "celery",
+    "celery@worker-1.example.com.celery.pidbox",
+    "celeryev.0b3e1f7a-6c0c-4d6f-9b2e-0d6f3c1e2a4b",
+    "0b3e1f7a-6c0c-4d6f-9b2e-0d6f3c1e2a4b.reply.celery.pidbox",
+    "default",
+    "high priority",
+    "ünïcode-queue",
+]
+
+
+@pytest.mark.parametrize("name", CELERY_NAMES)
+def test_celery_queue_names_work(store: JobStore, name: str) -> None:
+    store.enqueue(job(queue=name))
+    assert [j.queue for j in store.claim(name, 1, 10).jobs] == [name]
+
+
+def test_names_travel_as_parameters_not_sql(store: JobStore) -> None:
+    name = "x'); DROP TABLE askr_jobs; --"
+    store.enqueue(job(queue=name))
+    assert store.size(name) == 1
+    assert raw(store, "SELECT count(*) FROM askr_jobs") == [(1,)]
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "tab\there", "nul\x00", "x" * 256, " lead"])
+def test_bad_queue_names_are_refused_before_any_sql(db_url: str, name: str) -> None:
+    store = JobStore(db_url, StoreOptions(create_tables=False))  # no tables: SQL would fail
+    try:
+        for call in (
+            lambda: store.enqueue(job(queue=name)),
+            lambda: store.claim(name, 1, 10),
+            lambda: store.size(name),
+            lambda: store.purge(name),
+            lambda: store.backlog(name),
+        ):
+            with pytest.raises(InvalidQueueName):
+                call()
+    finally:
+        store.close()
+
+
+def test_driver_errors_are_wrapped(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "garbage.db"
+    path.write_bytes(b"this is not a database" * 100)
+    store = JobStore(f"sqlite:///{path}")
+    try:
+        with pytest.raises(StoreError) as info:
+            store.size("q")
+        assert not isinstance(info.value, sa.exc.SQLAlchemyError)
+    finally:
+        store.close()

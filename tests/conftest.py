@@ -1,0 +1,67 @@
+"""Shared fixtures.
+
+Tiers (by folder): ``unit/`` — pure logic, no database; ``conformance/`` — the
+contract-v1 suite against the store, parametrized over every engine;
+``integration/`` — Kombu through ``kombu.Connection``; ``e2e/`` — real
+``celery worker`` processes and real process crashes.
+
+Engines: ``ENGINES`` lists the databases the parametrized suites run on. The
+SQLite engine needs only a file; server engines (later) need their server,
+and under ``CI=true`` a missing server fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kombu_sqlqueue.store import JobStore, StoreOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Engines the parametrized suites run on.
+ENGINES = ["sqlite"]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def database_url(engine: str, tmp_path: Path) -> str:
+    """A fresh, empty database of ``engine`` for one test."""
+    if engine == "sqlite":
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+    raise AssertionError(f"unknown engine {engine}")  # pragma: no cover
+
+
+@pytest.fixture(params=ENGINES)
+def engine_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(engine_name: str, tmp_path: Path) -> str:
+    """SQLAlchemy URL of an empty database (no ``sqlqueue+`` prefix)."""
+    return database_url(engine_name, tmp_path)
+
+
+@pytest.fixture
+def broker_url(db_url: str) -> str:
+    """Kombu/Celery broker URL for the same database."""
+    return f"sqlqueue+{db_url}"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[JobStore]:
+    s = JobStore(db_url, StoreOptions())
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def python() -> str:
+    """The interpreter running the tests, for subprocesses."""
+    return sys.executable

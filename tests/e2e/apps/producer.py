@@ -1,0 +1,42 @@
+"""Publish ``--count`` JSON messages ``{"id": "<prefix>-<n>"}`` to a queue, then exit.
+
+Prints ``{"event": "done", "count": N}`` when every publish has returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from kombu import Connection, Queue
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--broker", required=True)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--max-attempts", type=int, default=None)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    options: dict[str, object] = {}
+    if args.max_attempts is not None:
+        options["queue_options"] = {args.queue: {"max_attempts": args.max_attempts}}
+    start = time.monotonic()
+    with Connection(args.broker, transport_options=options) as conn:
+        producer = conn.Producer(serializer="json")
+        queue = Queue(args.queue)
+        for n in range(args.count):
+            producer.publish(
+                {"id": f"{args.prefix}-{n}"}, routing_key=args.queue, declare=[queue] if n == 0 else []
+            )
+    print(json.dumps({"event": "done", "count": args.count, "secs": time.monotonic() - start}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Transport options parsing, queue-name rules, eta parsing and URL resolution."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kombu_sqlqueue.exceptions import (
+    ConfigurationError,
+    InvalidQueueName,
+    InvalidURL,
+    UnknownTransportOption,
+)
+from kombu_sqlqueue.options import TransportOptions
+from kombu_sqlqueue.store import parse_store_url, validate_queue_name
+from kombu_sqlqueue.transport import eta_delay
+
+
+def test_defaults() -> None:
+    o = TransportOptions.from_mapping({})
+    assert o.visibility_timeout == 60 and o.effective_renew_interval == 20
+    assert o.max_attempts == 25 and o.priority_order == "high_first"
+    assert o.for_queue("any").backoff.base == 1 and o.for_queue("any").backoff.cap == 3600
+
+
+def test_per_queue_overrides_fall_back_to_global_values() -> None:
+    o = TransportOptions.from_mapping(
+        {"max_attempts": 7, "backoff_cap": 60, "queue_options": {"slow": {"max_attempts": 2}}}
+    )
+    assert o.for_queue("slow").max_attempts == 2
+    assert o.for_queue("slow").backoff.cap == 60
+    assert o.for_queue("other").max_attempts == 7
+
+
+def test_unknown_option_names_the_nearest_known_one() -> None:
+    with pytest.raises(UnknownTransportOption, match="did you mean 'visibility_timeout'"):
+        TransportOptions.from_mapping({"visibilty_timeout": 5})
+
+
+def test_kombu_generic_options_pass() -> None:
+    TransportOptions.from_mapping({"max_retries": 3, "interval_start": 0, "body_encoding": "base64"})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"visibility_timeout": 0.5},
+        {"visibility_timeout": "60"},
+        {"max_attempts": 0},
+        {"max_attempts": 2.5},
+        {"priority_order": "random"},
+        {"claim_batch_size": 5000},
+        {"sqlite_synchronous": "SOMETIMES"},
+        {"queue_options": {"q": {"retries": 1}}},
+        {"queue_options": {"bad\nname": {}}},
+        {"create_tables": "yes"},
+    ],
+)
+def test_bad_values_are_configuration_errors(raw: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        TransportOptions.from_mapping(raw)
+
+
+def test_queue_name_rules() -> None:
+    assert validate_queue_name("celery@host.celery.pidbox") == "celery@host.celery.pidbox"
+    for bad in ("", "a\x1bb", "x" * 256, "trailing "):
+        with pytest.raises(InvalidQueueName):
+            validate_queue_name(bad)
+    with pytest.raises(InvalidQueueName, match="must be a string"):
+        validate_queue_name(42)
+
+
+def test_eta_delay() -> None:
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    assert eta_delay({}, now) == 0
+    assert eta_delay({"eta": (now + timedelta(seconds=90)).isoformat()}, now) == 90
+    assert eta_delay({"eta": (now - timedelta(seconds=5)).isoformat()}, now) == 0
+    assert eta_delay({"eta": "2030-01-01T00:00:30"}, now) == 30  # naive = UTC
+    assert eta_delay({"eta": "not a date"}, now) == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite://", "in-memory"),
+        ("sqlite:///:memory:", "in-memory"),
+        ("oracle://scott@db/x", "not supported"),
+        ("::nonsense::", "cannot parse"),
+    ],
+)
+def test_bad_store_urls(url: str, message: str) -> None:
+    with pytest.raises(InvalidURL, match=message):
+        parse_store_url(url)
