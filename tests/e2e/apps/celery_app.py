@@ -1,10 +1,10 @@
 """Celery app the e2e tests run in a real ``celery worker`` subprocess.
 
-Configured only through environment variables, so the worker and the test
-process (which sends tasks) build the same app:
+The worker builds it from environment variables (``-A apps.celery_app``); a
+test builds its own copy with :func:`create_app` to send tasks with ``.delay()``.
 
 * ``E2E_BROKER_URL`` — ``sqlqueue+sqlite:////abs/path/q.db``
-* ``E2E_OUT`` — file each task appends one line to (the "result backend")
+* ``E2E_OUT`` — file each task appends one JSON line to (there is no result backend)
 * ``E2E_VISIBILITY`` — transport ``visibility_timeout`` in seconds (default 3)
 * ``E2E_PREFETCH`` — ``worker_prefetch_multiplier`` (default 1)
 """
@@ -14,40 +14,60 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 from celery import Celery
 
-app = Celery("e2e_app", broker=os.environ["E2E_BROKER_URL"])
-app.conf.update(
-    broker_transport_options={
-        "visibility_timeout": float(os.environ.get("E2E_VISIBILITY", "3")),
-        "polling_interval": 0.1,
-    },
-    broker_connection_retry_on_startup=True,
-    task_default_queue="e2e",
-    worker_prefetch_multiplier=int(os.environ.get("E2E_PREFETCH", "1")),
-    task_ignore_result=True,
-)
+QUEUE = "e2e"
 
 
-def _record(event: str, label: str, **extra: object) -> None:
-    line = json.dumps({"event": event, "label": label, "t": time.time(), "pid": os.getpid(), **extra})
+def _record(event: str, label: str, request: Any) -> None:
+    info = request.delivery_info or {}
+    line = json.dumps(
+        {
+            "event": event,
+            "label": label,
+            "t": time.time(),
+            "pid": os.getpid(),
+            "redelivered": bool(info.get("redelivered")),
+        }
+    )
     # One short O_APPEND write per line: lines from several pool children never interleave.
     with open(os.environ["E2E_OUT"], "a", encoding="utf-8") as f:
         f.write(line + "\n")
 
 
-@app.task(bind=True)
-def record(self, label: str) -> None:
-    """Append a line saying this task ran."""
-    info = self.request.delivery_info or {}
-    _record("ran", label, redelivered=bool(info.get("redelivered")))
+def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> Celery:
+    app = Celery("e2e_app", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        broker_transport_options={"visibility_timeout": visibility, "polling_interval": 0.1},
+        broker_connection_retry_on_startup=True,
+        task_default_queue=QUEUE,
+        worker_prefetch_multiplier=prefetch,
+        task_ignore_result=True,
+    )
+
+    @app.task(bind=True, name="e2e.record", shared=False)
+    def record(self: Any, label: str) -> None:
+        """Append a line saying this task ran."""
+        _record("ran", label, self.request)
+
+    @app.task(bind=True, name="e2e.record_late", acks_late=True, shared=False)
+    def record_late(
+        self: Any, label: str, sleep: float = 0.0, sleep_redelivered: float = 0.0
+    ) -> None:
+        """acks_late; sleeps ``sleep`` (``sleep_redelivered`` when redelivered)."""
+        redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+        _record("started", label, self.request)
+        time.sleep(sleep_redelivered if redelivered else sleep)
+        _record("ran", label, self.request)
+
+    return app
 
 
-@app.task(bind=True, acks_late=True)
-def record_late(self, label: str, sleep: float = 0.0) -> None:
-    """acks_late: the message is acked after the task returns; optionally slow."""
-    info = self.request.delivery_info or {}
-    _record("started", label, redelivered=bool(info.get("redelivered")))
-    time.sleep(sleep)
-    _record("ran", label, redelivered=bool(info.get("redelivered")))
+if "E2E_BROKER_URL" in os.environ:
+    app = create_app(
+        os.environ["E2E_BROKER_URL"],
+        visibility=float(os.environ.get("E2E_VISIBILITY", "3")),
+        prefetch=int(os.environ.get("E2E_PREFETCH", "1")),
+    )

@@ -22,7 +22,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import sys
 import time
 from typing import Any
@@ -91,7 +90,7 @@ def main() -> int:
                     try:
                         conn.drain_events(timeout=0.25)
                         last = time.monotonic()
-                    except socket.timeout:
+                    except TimeoutError:
                         if args.stop_file and os.path.exists(args.stop_file):
                             emit("stopped")
                             return 0

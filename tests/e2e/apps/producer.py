@@ -32,9 +32,14 @@ def main() -> int:
         queue = Queue(args.queue)
         for n in range(args.count):
             producer.publish(
-                {"id": f"{args.prefix}-{n}"}, routing_key=args.queue, declare=[queue] if n == 0 else []
+                {"id": f"{args.prefix}-{n}"},
+                routing_key=args.queue,
+                declare=[queue] if n == 0 else [],
             )
-    print(json.dumps({"event": "done", "count": args.count, "secs": time.monotonic() - start}), flush=True)
+    print(
+        json.dumps({"event": "done", "count": args.count, "secs": time.monotonic() - start}),
+        flush=True,
+    )
     return 0
 
 

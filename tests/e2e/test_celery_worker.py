@@ -1,0 +1,184 @@
+"""A real ``celery worker --pool=prefork`` over kombu-sqlqueue.
+
+Tasks append JSON lines to a file (``E2E_OUT``); there is no result backend.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apps.celery_app import create_app
+from celery import Celery
+from e2e_harness import Proc, sql, wait_until
+
+from kombu_sqlqueue.store import JobStore
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+VISIBILITY = 2
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ran(path: Path, event: str = "ran") -> list[dict[str, Any]]:
+    return [r for r in lines(path) if r["event"] == event]
+
+
+@pytest.fixture
+def out_file(tmp_path: Path) -> Path:
+    return tmp_path / "tasks.jsonl"
+
+
+@pytest.fixture
+def app(broker_url: str) -> Iterator[Celery]:
+    app = create_app(broker_url, visibility=VISIBILITY)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+@pytest.fixture
+def start_worker(
+    spawn: Callable[..., Proc], broker_url: str, out_file: Path
+) -> Callable[..., Proc]:
+    counter = iter(range(100))
+
+    def start(concurrency: int = 2, prefetch: int = 1) -> Proc:
+        n = next(counter)
+        worker = spawn(
+            f"worker{n}",
+            [
+                sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
+                "--pool=prefork", "-c", str(concurrency), "-l", "info", "-n", f"e2e{n}@%h",
+            ],
+            E2E_BROKER_URL=broker_url,
+            E2E_OUT=str(out_file),
+            E2E_VISIBILITY=str(VISIBILITY),
+            E2E_PREFETCH=str(prefetch),
+        )  # fmt: skip
+        worker.wait_text("ready.", timeout=30)
+        return worker
+
+    return start
+
+
+def stop_worker(worker: Proc) -> None:
+    """Warm shutdown, bounded; fixture teardown SIGKILLs it if this fails."""
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=20)
+
+
+def jobs_left(db_url: str) -> int:
+    return int(sql(db_url, "SELECT count(*) FROM askr_jobs")[0][0])
+
+
+def test_delay_countdown_and_acks_late(
+    app: Celery, start_worker: Callable[..., Proc], out_file: Path, db_url: str
+) -> None:
+    """delay() runs; countdown=3 runs no sooner than 3 s after sending; acks_late runs once."""
+    worker = start_worker(concurrency=2)
+    record, record_late = app.tasks["e2e.record"], app.tasks["e2e.record_late"]
+
+    sent_cd = time.time()
+    record.apply_async(("countdown",), countdown=3)
+    for i in range(5):
+        record.delay(f"plain-{i}")
+    record_late.delay("late")
+
+    wait_until(lambda: len(ran(out_file)) >= 6, 20, what="plain and acks_late tasks")
+    wait_until(lambda: len(ran(out_file)) >= 7, 20, what="countdown task")
+    by_label = {r["label"]: r for r in ran(out_file)}
+    assert sorted(by_label) == sorted(["countdown", "late", *(f"plain-{i}" for i in range(5))])
+    assert len(ran(out_file)) == 7, "a task ran twice"
+    # Native delay: not run before its countdown (available_at is rounded up), nor much later.
+    delay = by_label["countdown"]["t"] - sent_cd
+    assert 3.0 <= delay < 10, delay
+    assert all(not r["redelivered"] for r in ran(out_file))
+    # Both pool children took part? Not guaranteed; but every task ran in a pool child.
+    assert all(r["pid"] != worker.pid for r in ran(out_file))
+
+    wait_until(lambda: jobs_left(db_url) == 0, 10, what="askr_jobs empty after the acks")
+    stop_worker(worker)
+    assert "database is locked" not in worker.output
+    assert "Traceback" not in worker.output, worker.output[-4000:]
+
+
+def test_acks_late_task_longer_than_visibility_is_renewed_not_redelivered(
+    app: Celery, start_worker: Callable[..., Proc], out_file: Path, store: JobStore, db_url: str
+) -> None:
+    """An acks_late task running 3x the visibility timeout keeps its reservation; runs once."""
+    worker = start_worker(concurrency=2)
+    app.tasks["e2e.record_late"].delay("slow", sleep=3 * VISIBILITY)
+    wait_until(lambda: ran(out_file, "started"), 20, what="slow task started")
+    (job_id,) = (r[0] for r in sql(db_url, "SELECT id FROM askr_jobs"))
+    deadline = time.time() + 3 * VISIBILITY - 0.5
+    while time.time() < deadline and not ran(out_file):
+        row = store.get_job(job_id)
+        assert row is not None
+        assert row["attempts"] == 1, row
+        # Held, and renewed: its reservation never lapses while the worker lives.
+        assert row["reserved_until"] >= int(time.time()), row
+        time.sleep(0.2)
+    wait_until(lambda: ran(out_file), 20, what="slow task finished")
+    wait_until(lambda: store.get_job(job_id) is None, 10, what="row deleted by the late ack")
+    time.sleep(VISIBILITY + 1)  # would a (wrong) redelivery run it again?
+    assert len(ran(out_file, "started")) == 1
+    assert len(ran(out_file)) == 1
+    stop_worker(worker)
+    assert "reservation of job" not in worker.output  # no lost-reservation warning
+
+
+def test_priorities_higher_first(
+    app: Celery, start_worker: Callable[..., Proc], out_file: Path, db_url: str
+) -> None:
+    """Queued before the worker starts (-c 1, prefetch 1): run by priority desc, FIFO within."""
+    record = app.tasks["e2e.record"]
+    sent = [("p3", 3), ("p9", 9), ("p0", 0), ("p5a", 5), ("p7", 7), ("p5b", 5), ("p1", 1)]
+    for label, priority in sent:
+        record.apply_async((label,), priority=priority)
+    assert sorted(r[0] for r in sql(db_url, "SELECT priority FROM askr_jobs")) == sorted(
+        p for _, p in sent
+    )
+    worker = start_worker(concurrency=1, prefetch=1)
+    wait_until(lambda: len(ran(out_file)) >= len(sent), 30, what="all priority tasks")
+    order = [r["label"] for r in ran(out_file)]
+    assert order == ["p9", "p7", "p5a", "p5b", "p3", "p1", "p0"], order
+    stop_worker(worker)
+
+
+def test_worker_killed_mid_acks_late_task_is_redelivered(
+    app: Celery, start_worker: Callable[..., Proc], out_file: Path, store: JobStore, db_url: str
+) -> None:
+    """kill -9 of the whole worker during an acks_late task: a new worker reruns it (attempts 2)."""
+    first = start_worker(concurrency=2)
+    app.tasks["e2e.record_late"].delay("crash", sleep=60, sleep_redelivered=2)
+    wait_until(lambda: ran(out_file, "started"), 20, what="task started on the first worker")
+    (job_id,) = (r[0] for r in sql(db_url, "SELECT id FROM askr_jobs"))
+    first.kill_group(signal.SIGKILL)
+    first.wait(timeout=10)
+    killed_at = time.time()
+
+    second = start_worker(concurrency=2)
+    wait_until(lambda: len(ran(out_file, "started")) == 2, 20, what="redelivery started")
+    redelivery = ran(out_file, "started")[1]
+    assert redelivery["redelivered"] is True
+    # It waited for the reservation to lapse (integer-second clock: up to 1 s early).
+    assert redelivery["t"] - killed_at >= VISIBILITY - 1 - 0.1
+    row = store.get_job(job_id)
+    assert row is not None and row["attempts"] == 2, row
+    wait_until(lambda: ran(out_file), 20, what="redelivered task finished")
+    wait_until(lambda: store.get_job(job_id) is None, 10, what="row deleted")
+    assert [r["label"] for r in ran(out_file)] == ["crash"]
+    stop_worker(second)
