@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
 import threading
 import time
@@ -35,11 +34,11 @@ from ..exceptions import (
     InvalidURL,
     SchemaMismatch,
     StoreBusyError,
-    StoreConnectionError,
     StoreError,
 )
 from .engines import ENGINES, BaseEngine
-from .engines.sqlite import READ_ONLY, SYNCHRONOUS_MODES
+from .engines.sqlite import SYNCHRONOUS_MODES
+from .executor import BUSY_RETRIES, Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
 from .names import validate_queue_name
 from .schema import ADDITIVE_JOB_COLUMNS, CONTRACT_JOB_COLUMNS, FAILED_TABLE, JOBS_TABLE
@@ -48,9 +47,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: How often a write that found the database locked (past the driver's own
-#: busy wait) is tried again before :class:`StoreBusyError` is raised.
-BUSY_RETRIES = 5
+#: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
+#: every engine's bind-parameter limit: 7 parameters a row).
+ENQUEUE_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +102,8 @@ def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
 class JobStore:
     """Contract-v1 job table operations over one database.
 
-    Thread-safe: each call checks a connection out of SQLAlchemy's pool.
+    Thread-safe. Every operation is one transaction, run by the store's
+    :class:`~.executor.Executor` (the only code that executes SQL).
     """
 
     def __init__(self, url: str, options: StoreOptions | None = None) -> None:
@@ -113,62 +113,28 @@ class JobStore:
         self.url = sa_url
         self.q = self.engine.queries
         try:
-            self._db = self.engine.create_engine(sa_url, self.options)
+            db = self.engine.create_engine(sa_url, self.options)
         except ImportError as exc:  # an optional driver is missing
             raise ConfigurationError(
                 f"the driver for {sa_url.drivername} is not installed ({exc}); "
                 f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
             ) from exc
+        self._db = db
+        self._exec = Executor(self.engine, db, sa_url.render_as_string(hide_password=True))
         #: Unix-seconds clock; every operation reads it once. Tests may replace it.
         self.clock: Callable[[], float] = time.time
         self._schema_ready = False
         self._schema_lock = threading.Lock()
-        self._pid = os.getpid()
-        if hasattr(os, "register_at_fork"):
-            # A forked child must not reuse the parent's connections.
-            os.register_at_fork(after_in_child=self._after_fork)
-
-    def _after_fork(self) -> None:
-        self._db.dispose(close=False)
 
     # -- plumbing -----------------------------------------------------------------
 
-    @contextmanager
-    def _wrapped(self) -> Iterator[None]:
-        try:
-            yield
-        except sa_exc.DBAPIError as exc:
-            if self.engine.is_busy_error(exc):
-                raise StoreBusyError(
-                    f"database {self.url.render_as_string(hide_password=True)} stayed locked "
-                    f"past the {self.options.busy_timeout}s busy timeout: {exc.orig}"
-                ) from exc
-            if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError):
-                raise StoreConnectionError(f"database connection failed: {exc.orig}") from exc
-            raise StoreError(f"database error: {exc.orig}") from exc
-        except sa_exc.SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc}") from exc
-
-    def _run(self, work: Callable[[sa.Connection], T], *, read_only: bool = False) -> T:
-        """Run ``work`` in one transaction, retrying when the database is busy."""
-        self._ensure_schema()
-        for attempt in range(BUSY_RETRIES + 1):
-            try:
-                with self._wrapped(), self._db.connect() as conn:
-                    if read_only:
-                        conn = conn.execution_options(**{READ_ONLY: True})
-                    with conn.begin():
-                        return work(conn)
-            except StoreBusyError:
-                if attempt == BUSY_RETRIES:
-                    raise
-                logger.warning("database busy; retrying (%d of %d)", attempt + 1, BUSY_RETRIES)
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _run(self, work: Callable[[Tx], T], *, read_only: bool = False) -> T:
+        """Run ``work`` in one transaction (creating the tables first if needed)."""
+        if not self._schema_ready:
+            self._ensure_schema()
+        return self._exec.run(work, write=not read_only)
 
     def _ensure_schema(self) -> None:
-        if self._schema_ready:
-            return
         with self._schema_lock:
             if self._schema_ready:
                 return
@@ -177,6 +143,16 @@ class JobStore:
             else:
                 self.verify_schema()
             self._schema_ready = True
+
+    @contextmanager
+    def _sa_errors(self) -> Iterator[None]:
+        """Wrap errors of the SQLAlchemy connections used for schema work."""
+        try:
+            yield
+        except sa_exc.DBAPIError as exc:
+            raise self._exec.wrap(exc.orig or exc) from exc
+        except sa_exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc}") from exc
 
     # -- schema -------------------------------------------------------------------
 
@@ -187,7 +163,7 @@ class JobStore:
         """
         for attempt in range(BUSY_RETRIES + 1):
             try:
-                with self._wrapped(), self._db.begin() as conn:
+                with self._sa_errors(), self._db.begin() as conn:
                     self.engine.metadata.create_all(conn, checkfirst=True)
                     self._add_missing_columns(conn)
                 break
@@ -206,7 +182,7 @@ class JobStore:
 
     def verify_schema(self) -> None:
         """Raise :class:`SchemaMismatch` unless both tables have every column we use."""
-        with self._wrapped(), self._db.connect() as conn:
+        with self._sa_errors(), self._db.connect() as conn:
             inspector = sa.inspect(conn)
             for table, needed in (
                 (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
@@ -215,7 +191,7 @@ class JobStore:
                 if not inspector.has_table(table):
                     raise SchemaMismatch(
                         f"table {table} does not exist; create it with "
-                        "`python -m kombu_sqlqueue create-tables URL` or set create_tables=True"
+                        "`kombu-sqlqueue create-tables URL` or set create_tables=True"
                     )
                 present = {c["name"] for c in inspector.get_columns(table)}
                 missing = [c for c in needed if c not in present]
@@ -226,6 +202,12 @@ class JobStore:
 
     def _now(self) -> int:
         return int(self.clock())
+
+    @staticmethod
+    def _deadline(clock: float, visibility: float) -> int:
+        # Rounded up: a reservation lasts at least ``visibility`` seconds,
+        # although the columns hold whole seconds.
+        return math.ceil(clock + max(1.0, visibility))
 
     def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
         validate_queue_name(job.queue)
@@ -246,13 +228,11 @@ class JobStore:
         }
 
     def enqueue(self, job: NewJob) -> int:
-        """Store one job; return its id."""
+        """Store one job; return its id. The job is committed when this returns."""
         row = self._job_row(job, self.clock())
 
-        def work(conn: sa.Connection) -> int:
-            pk = conn.execute(self.engine.job_enqueue, row).inserted_primary_key
-            assert pk is not None
-            return int(pk[0])
+        def work(tx: Tx) -> int:
+            return int(tx.execute(self.engine.job_enqueue, row).lastrowid)
 
         return self._run(work)
 
@@ -263,9 +243,13 @@ class JobStore:
         if not rows:
             return []
 
-        def work(conn: sa.Connection) -> list[int]:
-            result = conn.execute(self.engine.job_enqueue_many, rows)
-            return sorted(int(r[0]) for r in result)
+        def work(tx: Tx) -> list[int]:
+            ids: list[int] = []
+            for start in range(0, len(rows), ENQUEUE_CHUNK):
+                stmt = self.engine.job_enqueue_many(rows[start : start + ENQUEUE_CHUNK])
+                ids.extend(int(r[0]) for r in tx.execute_bound(stmt).fetchall())
+            # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
+            return sorted(ids)
 
         return self._run(work)
 
@@ -285,36 +269,31 @@ class JobStore:
         if n <= 0:
             return ClaimResult([])
         token = secrets.token_hex(16)
-        now = self._now()
-        params: dict[str, Any] = {
+        clock = self.clock()
+        now = int(clock)
+        params = {
             "queue": queue,
             "n": int(n),
             "now": now,
-            "visibility": max(1, math.ceil(visibility)),
+            "until": self._deadline(clock, visibility),
             "token": token,
         }
 
-        def work(conn: sa.Connection) -> ClaimResult:
-            rows = list(conn.execute(self.q.job_claim, params))
-            rows.sort(key=lambda r: (-r.priority, r.available_at, r.id))
+        def work(tx: Tx) -> ClaimResult:
+            # id, queue, payload, priority, available_at, attempts, max_attempts, uuid
+            rows = tx.execute(self.q.job_claim, params).fetchall()
+            rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             jobs: list[ClaimedJob] = []
             dead = 0
-            for r in rows:
-                if r.attempts > r.max_attempts:
-                    reason = f"max attempts exceeded ({r.max_attempts} of {r.max_attempts} used)"
-                    self._dead_letter_in(conn, Receipt(r.id, token), reason, now)
+            for job_id, q, payload, priority, _avail, attempts, max_attempts, uuid in rows:
+                if attempts > max_attempts:
+                    reason = f"max attempts exceeded ({max_attempts} of {max_attempts} used)"
+                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now)
                     dead += 1
                     continue
                 jobs.append(
                     ClaimedJob(
-                        id=r.id,
-                        queue=r.queue,
-                        payload=bytes(r.payload),
-                        priority=r.priority,
-                        attempts=r.attempts,
-                        max_attempts=r.max_attempts,
-                        token=token,
-                        uuid=r.uuid,
+                        job_id, q, bytes(payload), priority, attempts, max_attempts, token, uuid
                     )
                 )
             return ClaimResult(jobs, dead)
@@ -331,7 +310,7 @@ class JobStore:
     def ack(self, receipt: Receipt) -> bool:
         """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""
         params = {"id": receipt.job_id, "token": receipt.token}
-        return self._run(lambda conn: conn.execute(self.q.job_ack, params).rowcount == 1)
+        return self._run(lambda tx: bool(tx.execute(self.q.job_ack, params).rowcount == 1))
 
     def ack_many(self, receipts: Sequence[Receipt]) -> int:
         """Ack several deliveries in one transaction; return how many were still held."""
@@ -341,9 +320,9 @@ class JobStore:
         if not by_token:
             return 0
 
-        def work(conn: sa.Connection) -> int:
+        def work(tx: Tx) -> int:
             return sum(
-                conn.execute(self.q.job_ack_many, {"token": t, "ids": ids}).rowcount
+                tx.execute_bound(self.q.job_ack_many.bindparams(token=t, ids=ids)).rowcount
                 for t, ids in by_token.items()
             )
 
@@ -357,12 +336,12 @@ class JobStore:
             "token": receipt.token,
             "available_at": math.ceil(now + delay) if delay > 0 else int(now),
         }
-        return self._run(lambda conn: conn.execute(self.q.job_release, params).rowcount == 1)
+        return self._run(lambda tx: bool(tx.execute(self.q.job_release, params).rowcount == 1))
 
     def return_job(self, receipt: Receipt) -> bool:
         """Hand back a delivery that never started: ready now, its attempt refunded; fenced."""
         params = {"id": receipt.job_id, "token": receipt.token, "now": self._now()}
-        return self._run(lambda conn: conn.execute(self.q.job_return, params).rowcount == 1)
+        return self._run(lambda tx: bool(tx.execute(self.q.job_return, params).rowcount == 1))
 
     def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
         """Extend the reservations still held; return the receipts that were.
@@ -372,85 +351,87 @@ class JobStore:
         if not receipts:
             return set()
         tokens = sorted({r.token for r in receipts})
-        until = self._now() + max(1, math.ceil(visibility))
+        until = self._deadline(self.clock(), visibility)
 
-        def work(conn: sa.Connection) -> set[Receipt]:
-            count = conn.execute(self.q.job_renew, {"until": until, "tokens": tokens}).rowcount
-            if count == len(receipts):
+        def work(tx: Tx) -> set[Receipt]:
+            renew = self.q.job_renew.bindparams(until=until, tokens=tokens)
+            if tx.execute_bound(renew).rowcount == len(receipts):
                 return set(receipts)
-            held = {
-                Receipt(int(row.id), row.reserved_token)
-                for row in conn.execute(self.q.job_held, {"tokens": tokens})
-            }
-            return held & set(receipts)
+            held = tx.execute_bound(self.q.job_held.bindparams(tokens=tokens)).fetchall()
+            return {Receipt(int(job_id), token) for job_id, token in held} & set(receipts)
 
         return self._run(work)
 
-    def _dead_letter_in(self, conn: sa.Connection, receipt: Receipt, reason: str, now: int) -> bool:
+    def _dead_letter_in(self, tx: Tx, receipt: Receipt, reason: str, now: int) -> bool:
         params = {"id": receipt.job_id, "token": receipt.token, "exception": reason, "now": now}
-        if conn.execute(self.q.job_dead_letter_copy, params).rowcount != 1:
+        if tx.execute(self.q.job_dead_letter_copy, params).rowcount != 1:
             return False
-        conn.execute(self.q.job_ack, params)
+        tx.execute(self.q.job_ack, params)
         return True
 
     def dead_letter(self, receipt: Receipt, reason: str) -> bool:
         """Move the held job to ``askr_failed_jobs`` with ``reason``, in one transaction; fenced."""
         now = self._now()
-        return self._run(lambda conn: self._dead_letter_in(conn, receipt, reason, now))
+        return self._run(lambda tx: self._dead_letter_in(tx, receipt, reason, now))
 
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's ``total``, ``ready`` and ``oldest_seconds`` for ``queue``."""
         validate_queue_name(queue)
         params = {"queue": queue, "now": self._now()}
-        row = self._run(
-            lambda conn: conn.execute(self.q.queue_backlog, params).one(), read_only=True
+        total, ready, oldest = self._run(
+            lambda tx: tx.execute(self.q.queue_backlog, params).fetchone(), read_only=True
         )
-        return Backlog(queue, int(row.total), int(row.ready or 0), int(row.oldest_seconds or 0))
+        return Backlog(queue, int(total), int(ready or 0), int(oldest or 0))
 
     def size(self, queue: str) -> int:
         """Jobs waiting on ``queue``: ready, delayed, or with a lapsed reservation."""
         validate_queue_name(queue)
         params = {"queue": queue, "now": self._now()}
         return int(
-            self._run(lambda c: c.execute(self.q.queue_size, params).scalar_one(), read_only=True)
+            self._run(
+                lambda tx: tx.execute(self.q.queue_size, params).fetchone()[0], read_only=True
+            )
         )
 
     def purge(self, queue: str) -> int:
         """Delete the unreserved jobs of ``queue`` (delayed ones too); return how many."""
         validate_queue_name(queue)
-        return self._run(lambda c: c.execute(self.q.queue_purge, {"queue": queue}).rowcount)
+        return int(self._run(lambda tx: tx.execute(self.q.queue_purge, {"queue": queue}).rowcount))
 
     def delete_queue(self, queue: str) -> int:
         """Delete every job of ``queue``, held ones included; return how many."""
         validate_queue_name(queue)
-        return self._run(lambda c: c.execute(self.q.queue_delete, {"queue": queue}).rowcount)
+        return int(self._run(lambda tx: tx.execute(self.q.queue_delete, {"queue": queue}).rowcount))
 
     def sweep_dead_letters(self, retention: float) -> int:
         """Delete dead letters older than ``retention`` seconds; return how many."""
         cutoff = self._now() - int(retention)
-        return self._run(lambda c: c.execute(self.q.dead_letter_sweep, {"cutoff": cutoff}).rowcount)
+        return int(
+            self._run(lambda tx: tx.execute(self.q.dead_letter_sweep, {"cutoff": cutoff}).rowcount)
+        )
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[DeadLetter]:
         """Read dead letters, oldest first (all queues when ``queue`` is None)."""
         if queue is not None:
             validate_queue_name(queue)
         params = {"queue": queue, "limit": int(limit)}
-        rows = self._run(lambda c: c.execute(self.q.dead_letter_list, params).all(), read_only=True)
+        rows = self._run(
+            lambda tx: tx.execute(self.q.dead_letter_list, params).fetchall(), read_only=True
+        )
         return [
-            DeadLetter(
-                r.id, r.uuid, r.queue, bytes(r.payload), r.exception, r.attempts, r.failed_at
-            )
-            for r in rows
+            DeadLetter(int(i), u, q, bytes(p), e, int(a), int(f)) for i, u, q, p, e, a, f in rows
         ]
 
     def get_job(self, job_id: int) -> dict[str, Any] | None:
         """The raw row of one job, for inspection and tests; None if it is gone."""
-        row = self._run(
-            lambda c: c.execute(self.q.job_get, {"id": job_id}).mappings().first(),
-            read_only=True,
-        )
-        return dict(row) if row is not None else None
+
+        def work(tx: Tx) -> dict[str, Any] | None:
+            tx.execute(self.q.job_get, {"id": job_id})
+            rows = tx.rows()
+            return rows[0] if rows else None
+
+        return self._run(work, read_only=True)
 
     def close(self) -> None:
         """Close every pooled connection."""
-        self._db.dispose()
+        self._exec.close()

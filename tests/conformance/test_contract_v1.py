@@ -6,6 +6,7 @@ instead of sleeping; the database is real.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -114,17 +115,13 @@ def test_enqueue_stamps_columns(store: JobStore, clock: Clock) -> None:
     assert (row["reserved_until"], row["attempts"], row["uuid"]) == (None, 0, "u-1")
 
 
-def test_bulk_enqueue_is_one_statement_and_keeps_order(store: JobStore, clock: Clock) -> None:
+def test_bulk_enqueue_is_one_statement_and_keeps_order(
+    store: JobStore, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     store.create_schema()
-    inserts: list[str] = []
-
-    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
-        if statement.lstrip().upper().startswith("INSERT"):
-            inserts.append(statement)
-
-    sa.event.listen(store._db, "before_cursor_execute", count)
-    ids = store.enqueue_many([job(payload=b"%d" % i) for i in range(300)])
-    sa.event.remove(store._db, "before_cursor_execute", count)
+    with caplog.at_level(logging.DEBUG, logger="kombu_sqlqueue.store.executor"):
+        ids = store.enqueue_many([job(payload=b"%d" % i) for i in range(300)])
+    inserts = [r for r in caplog.records if r.getMessage().startswith("SQL INSERT")]
     assert len(inserts) == 1
     assert len(ids) == 300 and ids == sorted(ids)
     assert [store.get_job(i)["payload"] for i in ids[:3]] == [b"0", b"1", b"2"]  # type: ignore[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -52,10 +53,8 @@ def drain(conn: Connection, queue: Queue, count: int, ack: bool = True, **kw: An
     with Consumer(conn, [queue], callbacks=[on_message], **kw):
         deadline = time.monotonic() + 10
         while len(got) < count and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(TimeoutError):
                 conn.drain_events(timeout=1)
-            except TimeoutError:
-                pass
     return got
 
 

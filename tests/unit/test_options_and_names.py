@@ -39,7 +39,9 @@ def test_unknown_option_names_the_nearest_known_one() -> None:
 
 
 def test_kombu_generic_options_pass() -> None:
-    TransportOptions.from_mapping({"max_retries": 3, "interval_start": 0, "body_encoding": "base64"})
+    TransportOptions.from_mapping(
+        {"max_retries": 3, "interval_start": 0, "body_encoding": "base64"}
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ class Queries:
     job_claim = sa.text(
         """
         UPDATE askr_jobs
-           SET reserved_until = :now + :visibility,
+           SET reserved_until = :until,
                attempts       = attempts + 1,
                reserved_token = :token
          WHERE id IN (
@@ -110,6 +110,18 @@ class Queries:
     )
 
 
+#: Columns an enqueue writes (the rest take their defaults).
+ENQUEUE_COLUMNS = (
+    "queue",
+    "payload",
+    "priority",
+    "available_at",
+    "max_attempts",
+    "created_at",
+    "uuid",
+)
+
+
 class BaseEngine:
     """What every engine shares; subclasses override hooks and queries with a why-comment."""
 
@@ -123,13 +135,13 @@ class BaseEngine:
 
     def __init__(self) -> None:
         self.metadata, self.jobs, self.failed = build_metadata(self.now_sql)
-        self.job_enqueue = sa.insert(self.jobs)
-        # RETURNING + executemany makes SQLAlchemy render multi-row
-        # INSERT … VALUES (…), (…) batches: bulk enqueue is one statement.
-        # (Asking it to sort RETURNING rows by parameter order makes it fall
-        # back to one INSERT per row on SQLite; one statement's ids ascend in
-        # VALUES order, so the store sorts them instead.)
-        self.job_enqueue_many = sa.insert(self.jobs).returning(self.jobs.c.id)
+        self.job_enqueue = sa.insert(self.jobs).values(
+            {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
+        )
+
+    def job_enqueue_many(self, rows: list[dict[str, Any]]) -> sa.Executable:
+        """One multi-row ``INSERT … VALUES (…), (…) RETURNING id`` for ``rows``."""
+        return sa.insert(self.jobs).values(rows).returning(self.jobs.c.id)
 
     def normalize_url(self, url: URL) -> URL:
         """Fill in the default driver and check what this engine cannot use."""
@@ -141,6 +153,23 @@ class BaseEngine:
         """Create the SQLAlchemy engine; subclasses add connection setup."""
         return sa.create_engine(url)
 
+    # -- transactions on a DBAPI connection (see store/executor.py) --------------------
+
+    def begin(self, conn: Any, cursor: Any, write: bool) -> None:
+        """Open a transaction. DBAPI drivers open one implicitly, so: nothing."""
+
+    def commit(self, conn: Any, cursor: Any) -> None:
+        conn.commit()
+
+    def rollback(self, conn: Any, cursor: Any) -> None:
+        conn.rollback()
+
+    # -- error classification ---------------------------------------------------------
+
     def is_busy_error(self, exc: BaseException) -> bool:
-        """True when ``exc`` means "another writer holds the lock; try again"."""
+        """True when ``exc`` (a driver error) means "another writer holds the lock; try again"."""
         return False
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        """True when ``exc`` (a driver error) means the connection is unusable."""
+        return type(exc).__name__ in ("OperationalError", "InterfaceError")

@@ -5,10 +5,11 @@ Overrides, each for a reason:
 * connection setup: WAL (readers never block the writer), a busy timeout (a
   writer waits for the lock instead of failing), ``synchronous`` as the
   durability option;
-* transactions: ``BEGIN IMMEDIATE`` for writes, because a deferred transaction
-  that reads then writes can fail with "database is locked" at its first write
-  with no busy wait at all (the lock upgrade would deadlock); reads use a
-  plain ``BEGIN``;
+* transactions: the driver runs in autocommit mode and we issue ``BEGIN
+  IMMEDIATE`` for writes ourselves, because a deferred transaction that reads
+  then writes can fail with "database is locked" at its first write with no
+  busy wait at all (the lock upgrade would deadlock); reads use a plain
+  ``BEGIN``;
 * busy errors: "database is locked" is retried by the store.
 """
 
@@ -23,9 +24,6 @@ from sqlalchemy.engine import URL
 
 from ...exceptions import InvalidURL
 from .base import BaseEngine
-
-#: Execution option that marks a read-only unit of work (plain ``BEGIN``).
-READ_ONLY = "sqlqueue_read_only"
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -52,8 +50,9 @@ class SQLiteEngine(BaseEngine):
         engine = sa.create_engine(
             url,
             connect_args={"timeout": options.busy_timeout, "check_same_thread": False},
-            pool_size=8,
-            max_overflow=16,
+            # The store keeps what it checks out; one connection per concurrent caller.
+            pool_size=4,
+            max_overflow=-1,
         )
 
         @event.listens_for(engine, "connect")
@@ -68,17 +67,29 @@ class SQLiteEngine(BaseEngine):
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
             cursor.close()
 
+        # Schema work goes through SQLAlchemy connections: serialize it too.
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
-            if conn.get_execution_options().get(READ_ONLY):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
 
+    def begin(self, conn: Any, cursor: Any, write: bool) -> None:
+        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def commit(self, conn: Any, cursor: Any) -> None:
+        cursor.execute("COMMIT")
+
+    def rollback(self, conn: Any, cursor: Any) -> None:
+        if conn.in_transaction:
+            cursor.execute("ROLLBACK")
+
     def is_busy_error(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", exc)
-        return isinstance(orig, sqlite3.OperationalError) and (
-            "locked" in str(orig) or "busy" in str(orig)
+        return isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in str(exc) or "busy" in str(exc)
         )
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        # "disk I/O error", "unable to open database file": the file is unusable
+        # through this connection. (A corrupt file is a DatabaseError: not this.)
+        return isinstance(exc, sqlite3.OperationalError)
