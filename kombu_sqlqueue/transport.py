@@ -266,6 +266,11 @@ class Transport(virtual.Transport):
         self.held = HeldDeliveries()
         self.renewer = Renewer(self.store, self.held, self.options)
 
+    def establish_connection(self) -> Any:
+        """Open the database now (creating the tables if needed), so a bad URL fails here."""
+        self.store.ensure_ready()
+        return super().establish_connection()
+
     def close_connection(self, connection: Any) -> None:
         try:
             super().close_connection(connection)

@@ -134,6 +134,11 @@ class JobStore:
             self._ensure_schema()
         return self._exec.run(work, write=not read_only)
 
+    def ensure_ready(self) -> None:
+        """Connect, and create (or, with ``create_tables=False``, verify) the tables once."""
+        if not self._schema_ready:
+            self._ensure_schema()
+
     def _ensure_schema(self) -> None:
         with self._schema_lock:
             if self._schema_ready:
