@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -60,9 +60,19 @@ class Tx:
         self._executor = executor
         self.cursor = cursor
 
-    def execute(self, stmt: sa.Executable, params: Mapping[str, Any] | None = None) -> Any:
-        """Run a named (precompiled) statement with ``params``."""
-        compiled = self._executor.compiled(stmt)
+    def execute(
+        self,
+        stmt: sa.Executable | Callable[[], sa.Executable],
+        params: Mapping[str, Any] | None = None,
+        *,
+        key: Hashable | None = None,
+    ) -> Any:
+        """Run a named statement with ``params``, compiling it once per store.
+
+        A statement built on demand is passed as a zero-argument builder
+        together with the ``key`` its compiled form is cached under.
+        """
+        compiled = self._executor.compiled(stmt, key)
         if _debug():
             logger.debug("SQL %s", compiled.sql)
         self.cursor.execute(compiled.sql, compiled.args(params or {}))
@@ -99,21 +109,26 @@ class Executor:
         self.db = db
         self.dialect = db.dialect
         self._describe = describe
-        self._cache: dict[int, Compiled] = {}
+        self._cache: dict[Hashable, Compiled] = {}
         self._idle: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         # Connections inherited over fork are never used, nor closed, by the child.
         self._orphans: list[tuple[Any, Any]] = []
 
-    def compiled(self, stmt: sa.Executable) -> Compiled:
-        key = id(stmt)
-        found = self._cache.get(key)
+    def compiled(
+        self, stmt: sa.Executable | Callable[[], sa.Executable], key: Hashable | None = None
+    ) -> Compiled:
+        """The cached compiled form of ``stmt`` (named queries live as long as their class)."""
+        cache_key = id(stmt) if key is None else key
+        found = self._cache.get(cache_key)
         if found is None:
-            c = stmt.compile(dialect=self.dialect)  # type: ignore[attr-defined]
+            if key is not None and callable(stmt):
+                stmt = stmt()
+            c = stmt.compile(dialect=self.dialect)  # type: ignore[union-attr]
             positiontup = getattr(c, "positiontup", None)
             found = Compiled(c.string, tuple(positiontup) if positiontup else None)
-            self._cache[key] = found
+            self._cache[cache_key] = found
         return found
 
     def _checkout(self) -> tuple[Any, Any]:

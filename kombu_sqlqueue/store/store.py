@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -37,6 +38,7 @@ from ..exceptions import (
     StoreError,
 )
 from .engines import ENGINES, BaseEngine
+from .engines.base import enqueue_many_params
 from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import BUSY_RETRIES, Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
@@ -251,8 +253,14 @@ class JobStore:
         def work(tx: Tx) -> list[int]:
             ids: list[int] = []
             for start in range(0, len(rows), ENQUEUE_CHUNK):
-                stmt = self.engine.job_enqueue_many(rows[start : start + ENQUEUE_CHUNK])
-                ids.extend(int(r[0]) for r in tx.execute_bound(stmt).fetchall())
+                chunk = rows[start : start + ENQUEUE_CHUNK]
+                n = len(chunk)
+                cursor = tx.execute(
+                    partial(self.engine.job_enqueue_many, n),
+                    enqueue_many_params(chunk),
+                    key=("job_enqueue_many", n),
+                )
+                ids.extend(int(r[0]) for r in cursor.fetchall())
             # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
             return sorted(ids)
 

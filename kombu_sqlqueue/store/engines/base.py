@@ -20,6 +20,11 @@ from ..schema import build_metadata
 class Queries:
     """Named SQL statements. An engine subclasses this and overrides what differs."""
 
+    # Contract v1's claim, with its "ready" predicate split in two: the
+    # written-as-one `reserved_until IS NULL OR reserved_until <= now` makes
+    # the planner sort every row of the queue (measured: 27 ms per claim at
+    # 200 000 waiting). Each half reads the claim index in ORDER BY order and
+    # stops after :n rows (0.02 ms at 200 000), so only up to 2n rows are sorted.
     job_claim = sa.text(
         """
         UPDATE askr_jobs
@@ -27,12 +32,21 @@ class Queries:
                attempts       = attempts + 1,
                reserved_token = :token
          WHERE id IN (
-               SELECT id FROM askr_jobs
-                WHERE queue = :queue
-                  AND available_at <= :now
-                  AND (reserved_until IS NULL OR reserved_until <= :now)
-                ORDER BY priority DESC, available_at, id
-                LIMIT :n)
+               SELECT id FROM (
+                   SELECT * FROM (
+                       SELECT id, priority, available_at FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until IS NULL
+                          AND available_at <= :now
+                        ORDER BY priority DESC, available_at, id LIMIT :n)
+                   UNION ALL
+                   SELECT * FROM (
+                       SELECT id, priority, available_at FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until <= :now
+                          AND available_at <= :now
+                        ORDER BY priority DESC, available_at, id LIMIT :n)
+               ) AS ready
+               ORDER BY priority DESC, available_at, id
+               LIMIT :n)
         RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid
         """
     )
@@ -122,6 +136,11 @@ ENQUEUE_COLUMNS = (
 )
 
 
+def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flatten ``rows`` into the parameters of :meth:`BaseEngine.job_enqueue_many`."""
+    return {f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in ENQUEUE_COLUMNS}
+
+
 class BaseEngine:
     """What every engine shares; subclasses override hooks and queries with a why-comment."""
 
@@ -139,8 +158,14 @@ class BaseEngine:
             {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
         )
 
-    def job_enqueue_many(self, rows: list[dict[str, Any]]) -> sa.Executable:
-        """One multi-row ``INSERT … VALUES (…), (…) RETURNING id`` for ``rows``."""
+    def job_enqueue_many(self, count: int) -> sa.Executable:
+        """One multi-row ``INSERT … VALUES (…), (…) RETURNING id`` for ``count`` rows.
+
+        Parameters are named ``<column>_<row>``; see :func:`enqueue_many_params`.
+        """
+        rows: list[dict[str, Any]] = [
+            {c: sa.bindparam(f"{c}_{i}") for c in ENQUEUE_COLUMNS} for i in range(count)
+        ]
         return sa.insert(self.jobs).values(rows).returning(self.jobs.c.id)
 
     def normalize_url(self, url: URL) -> URL:
