@@ -432,3 +432,18 @@ def test_driver_errors_are_wrapped(tmp_path: object) -> None:
         assert not isinstance(info.value, sa.exc.SQLAlchemyError)
     finally:
         store.close()
+
+
+def test_lapsed_and_never_claimed_jobs_are_served_in_one_order(
+    store: JobStore, clock: Clock
+) -> None:
+    store.enqueue(job(payload=b"old-low", priority=0))
+    store.enqueue(job(payload=b"lapsing-high", priority=5))
+    (held,) = store.claim("q", 1, 5).jobs  # takes the priority-5 job
+    clock.advance(1)
+    store.enqueue(job(payload=b"new-high", priority=5))
+    store.enqueue(job(payload=b"new-low", priority=0))
+    clock.advance(5)  # the priority-5 reservation lapses
+    claimed = store.claim("q", 3, 5).jobs
+    assert [j.payload for j in claimed] == [b"lapsing-high", b"new-high", b"old-low"]
+    assert claimed[0].id == held.id and claimed[0].attempts == 2
