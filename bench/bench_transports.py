@@ -42,7 +42,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from kombu import Connection, Consumer, Exchange, Producer, Queue
+from kombu.connection import Connection
+from kombu.entity import Exchange, Queue
+from kombu.messaging import Consumer, Producer
 
 HERE = Path(__file__).resolve().parent
 REDIS_SERVER = "/usr/bin/redis-server"
@@ -117,13 +119,20 @@ def redis_server(workdir: Path) -> Iterator[str | None]:
     proc = subprocess.Popen(
         [
             REDIS_SERVER,
-            "--bind", "127.0.0.1",
-            "--port", str(port),
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(rdir),
-            "--daemonize", "no",
-            "--protected-mode", "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(rdir),
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -212,7 +221,10 @@ def consume_n(
         count += 1
 
     consumer = Consumer(
-        channel, queues=[queue], callbacks=[on_message], accept=["json"],
+        channel,
+        queues=[queue],
+        callbacks=[on_message],
+        accept=["json"],
         prefetch_count=prefetch,
     )
     deadline = time.monotonic() + timeout
@@ -273,7 +285,10 @@ def _e2e_consumer(
                     done.set()
 
         consumer = Consumer(
-            channel, queues=[queue], callbacks=[on_message], accept=["json"],
+            channel,
+            queues=[queue],
+            callbacks=[on_message],
+            accept=["json"],
             prefetch_count=prefetch,
         )
         with consumer:
@@ -290,6 +305,8 @@ def _e2e_publisher(url: str, n: int, first_publish: Any, publish_done: Any) -> N
     with Connection(url) as conn:
         channel = conn.channel()
         producer = Producer(channel, exchange=exchange, serializer="json")
+        # Virtual transports route through bindings declared in this process.
+        queue.bind(channel).declare()
         key = queue.routing_key
         first_publish.value = time.time()
         for i in range(n):
@@ -351,8 +368,8 @@ def run_e2e(url: str, n: int, prefetch: int, timeout: float) -> Result:
         return result
     finally:
         done.set()
-        for p in procs:
-            p.join(timeout=5)
+        for proc in procs:
+            proc.join(timeout=5)
         _terminate(procs)
 
 
@@ -398,10 +415,25 @@ def run_celery(
     log_path = cdir / "worker.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed in finally
     cmd = [
-        sys.executable, "-m", "celery", "-A", "celery_bench_app", "worker",
-        "-P", "prefork", "-c", "2", "-l", "WARNING", "-Q", "bench_celery",
-        "-n", f"bench-{transport}@%h",
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "celery_bench_app",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        "2",
+        "-l",
+        "WARNING",
+        "-Q",
+        "bench_celery",
+        "-n",
+        f"bench-{transport}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
     ]
     started = time.time()
     proc = subprocess.Popen(
@@ -540,31 +572,57 @@ def print_targets(results: list[Result]) -> list[dict[str, Any]]:
             continue
         got = a.rate / b.rate
         met = got >= want
-        out.append(
-            {"scenario": scenario, "vs": other, "target": want, "ratio": got, "met": met}
+        out.append({"scenario": scenario, "vs": other, "target": want, "ratio": got, "met": met})
+        print(
+            f"  {scenario:<12} vs {other:<6} >= {want:>4.1f}x : {got:6.2f}x  "
+            f"{'MET' if met else 'not met'}"
         )
-        print(f"  {scenario:<12} vs {other:<6} >= {want:>4.1f}x : {got:6.2f}x  "
-              f"{'MET' if met else 'not met'}")
     return out
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--messages", "-n", type=int, default=3000, help="messages per scenario")
+    p.add_argument("--messages", "-n", type=int, default=4000, help="messages per scenario")
     p.add_argument("--prefetch", type=int, default=32, help="Consumer prefetch_count (2, 3)")
     p.add_argument(
-        "--prefetch-multiplier", type=int, default=8,
+        "--prefetch-multiplier",
+        type=int,
+        default=8,
         help="Celery worker_prefetch_multiplier (4), same for every transport",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="bound on each wait, seconds")
     p.add_argument("--transports", nargs="+", default=list(TRANSPORTS), choices=TRANSPORTS)
     p.add_argument(
-        "--scenarios", nargs="+", default=["publish", "consume_ack", "e2e_4c", "celery"],
+        "--scenarios",
+        nargs="+",
+        default=["publish", "consume_ack", "e2e_4c", "celery"],
         choices=["publish", "consume_ack", "e2e_4c", "celery"],
     )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (for debugging)")
     return p.parse_args(argv)
+
+
+def code_version() -> str:
+    """The commit under test, and whether kombu_sqlqueue/ has uncommitted edits."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(HERE.parent), "status", "--porcelain", "kombu_sqlqueue"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{'+dirty' if dirty else ''}"
 
 
 def _raise_on_sigterm(signum: int, _frame: Any) -> None:
@@ -593,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
         f"celery prefetch_multiplier={args.prefetch_multiplier}  "
         f"python {sys.version.split()[0]}  kombu {kombu.__version__}  "
         f"celery {celery.__version__}  sqlalchemy {sqlalchemy.__version__}  "
-        f"cpus {os.cpu_count()}  total {time.perf_counter() - started:.0f}s"
+        f"cpus {os.cpu_count()}  code {code_version()}  "
+        f"total {time.perf_counter() - started:.0f}s"
     )
     print_table(results, args.transports)
     targets = print_targets(results)
@@ -602,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "messages": args.messages,
+                    "code": code_version(),
                     "prefetch": args.prefetch,
                     "prefetch_multiplier": args.prefetch_multiplier,
                     "results": [asdict(r) for r in results],

@@ -40,7 +40,7 @@ def make_app(broker_url: str, prefetch_multiplier: int) -> Celery:
 
     _fd: list[int] = []
 
-    @app.task(name=TASK_NAME, ignore_result=True)
+    @app.task(name=TASK_NAME, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
     def noop(i: int) -> None:
         # Completion marker: one timestamped line per task in a shared file
         # (O_APPEND writes of a few bytes are atomic across processes).
