@@ -134,9 +134,11 @@ class Executor:
     def _checkout(self) -> tuple[Any, Any]:
         with self._lock:
             if self._pid != os.getpid():
+                # Forked: the parent's connections (ours and the pool's) stay the parent's.
                 self._orphans.extend(self._idle)
                 self._idle = []
                 self._pid = os.getpid()
+                self.db.dispose(close=False)
             if self._idle:
                 return self._idle.pop()
         fairy = self.db.raw_connection()

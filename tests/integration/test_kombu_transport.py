@@ -214,3 +214,23 @@ def test_in_memory_sqlite_url_is_refused() -> None:
 def _rows(store: JobStore) -> list[dict[str, Any]]:
     with store._db.connect() as c:
         return [dict(r) for r in c.exec_driver_sql("SELECT * FROM askr_jobs").mappings()]
+
+
+def test_a_forked_child_uses_its_own_connections(broker_url: str, store: JobStore) -> None:
+    import os
+
+    conn = Connection(broker_url)
+    publish(conn, ["before fork"])
+    pid = os.fork()
+    if pid == 0:  # child: publish through the inherited transport, then leave at once
+        code = 1
+        try:
+            publish(conn, ["from child"])
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    publish(conn, ["after fork"])
+    assert [b for b, _ in drain(conn, q(), 3)] == ["before fork", "from child", "after fork"]
+    conn.release()
