@@ -63,7 +63,8 @@ class TransportOptions:
     renew_interval: float | None = None
     #: Seconds an idle consumer waits between polls of an empty queue.
     polling_interval: float = 0.1
-    #: Deliveries of a message before the claim dead-letters it instead.
+    #: Deliveries of a message before the claim dead-letters it instead. The
+    #: lower of this (the consumer's) and the row's stamp (the producer's) applies.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     #: Equal-jitter exponential backoff for ``reject(requeue=True)``.
     backoff_base: float = 1.0
@@ -139,6 +140,14 @@ class TransportOptions:
         if options.visibility_timeout < 1:
             raise ConfigurationError(
                 f"visibility_timeout must be >= 1 second, got {options.visibility_timeout!r}"
+            )
+        if options.renew_interval is not None and (
+            options.renew_interval > options.visibility_timeout / 2
+        ):
+            # Renewing less often than this lets a live worker's reservation lapse.
+            raise ConfigurationError(
+                f"renew_interval ({options.renew_interval}s) must be at most half of "
+                f"visibility_timeout ({options.visibility_timeout}s)"
             )
         options.store_options()  # validates the SQLite settings now, not at first use
         return options

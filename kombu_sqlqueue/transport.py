@@ -143,7 +143,8 @@ class Channel(virtual.Channel):
         return message
 
     def _claim(self, queue: str, n: int) -> list[dict[str, Any]]:
-        jobs = self.store.claim(queue, n, self.options.visibility_timeout).jobs
+        limit = self.options.for_queue(queue).max_attempts
+        jobs = self.store.claim(queue, n, self.options.visibility_timeout, limit).jobs
         messages = []
         noack = queue in self._noack_queues
         for job in jobs:

@@ -266,13 +266,16 @@ class JobStore:
 
         return self._run(work)
 
-    def claim(self, queue: str, n: int, visibility: float) -> ClaimResult:
+    def claim(
+        self, queue: str, n: int, visibility: float, max_attempts: int | None = None
+    ) -> ClaimResult:
         """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds.
 
         ``n <= 0`` claims nothing; ``n > MAX_CLAIM`` raises
-        :class:`ClaimLimitExceeded`. A row whose attempts would pass its
-        ``max_attempts`` is dead-lettered in the same transaction instead of
-        handed out. Jobs come back in claim order (priority, then age).
+        :class:`ClaimLimitExceeded`. A row whose attempts would pass its limit
+        — the row's ``max_attempts`` or the claimer's ``max_attempts``,
+        whichever is lower — is dead-lettered in the same transaction instead
+        of handed out. Jobs come back in claim order (priority, then age).
         """
         validate_queue_name(queue)
         if n > MAX_CLAIM:
@@ -298,16 +301,15 @@ class JobStore:
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             jobs: list[ClaimedJob] = []
             dead = 0
-            for job_id, q, payload, priority, _avail, attempts, max_attempts, uuid in rows:
-                if attempts > max_attempts:
-                    reason = f"max attempts exceeded ({max_attempts} of {max_attempts} used)"
-                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now)
+            for job_id, q, payload, priority, _avail, attempts, row_limit, uuid in rows:
+                limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
+                if attempts > limit:
+                    reason = f"max attempts exceeded ({limit} of {limit} used)"
+                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
                     dead += 1
                     continue
                 jobs.append(
-                    ClaimedJob(
-                        job_id, q, bytes(payload), priority, attempts, max_attempts, token, uuid
-                    )
+                    ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
                 )
             return ClaimResult(jobs, dead)
 
@@ -375,8 +377,16 @@ class JobStore:
 
         return self._run(work)
 
-    def _dead_letter_in(self, tx: Tx, receipt: Receipt, reason: str, now: int) -> bool:
-        params = {"id": receipt.job_id, "token": receipt.token, "exception": reason, "now": now}
+    def _dead_letter_in(
+        self, tx: Tx, receipt: Receipt, reason: str, now: int, uncounted: int = 0
+    ) -> bool:
+        params = {
+            "id": receipt.job_id,
+            "token": receipt.token,
+            "exception": reason,
+            "now": now,
+            "uncounted": uncounted,
+        }
         if tx.execute(self.q.job_dead_letter_copy, params).rowcount != 1:
             return False
         tx.execute(self.q.job_ack, params)

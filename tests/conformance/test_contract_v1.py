@@ -324,8 +324,20 @@ def test_claim_dead_letters_a_job_past_max_attempts(store: JobStore, clock: Cloc
     assert [j.payload for j in result.jobs] == [b"healthy"]
     assert result.dead_lettered == 1
     (dead,) = store.dead_letters("q")
-    assert dead.uuid == "poison" and dead.attempts == 3
+    assert dead.uuid == "poison" and dead.attempts == 2  # deliveries made
     assert dead.exception is not None and "max attempts exceeded" in dead.exception
+
+
+def test_the_claimers_lower_limit_wins(store: JobStore, clock: Clock) -> None:
+    store.enqueue(job(max_attempts=25))  # the producer stamped the default
+    assert store.claim("q", 1, 5, max_attempts=1).jobs[0].max_attempts == 1
+    clock.advance(5)
+    result = store.claim("q", 1, 5, max_attempts=1)
+    assert result.jobs == [] and result.dead_lettered == 1
+    store.enqueue(job(max_attempts=1))  # and the producer's, when it is lower
+    store.claim("q", 1, 5, max_attempts=10)
+    clock.advance(5)
+    assert store.claim("q", 1, 5, max_attempts=10).dead_lettered == 1
 
 
 # -- backlog, size, purge, delete, sweep ---------------------------------------------

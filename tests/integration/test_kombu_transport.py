@@ -182,10 +182,11 @@ def test_held_reservations_are_renewed_past_the_visibility_timeout(
 
 
 def test_ack_after_takeover_is_stale(conn_factory: Any, store: JobStore) -> None:
-    first = conn_factory(visibility_timeout=1, renew_interval=3600)
+    first = conn_factory(visibility_timeout=1)
     publish(first, ["contested"])
     late = q()(first.channel()).get()
-    time.sleep(2.1)  # A's reservation lapses (its renewal is too slow)
+    first.transport.renewer.stop()  # A freezes (the e2e suite does it with SIGSTOP)
+    time.sleep(2.1)  # A's reservation lapses
     second = conn_factory(visibility_timeout=30)
     winner = q()(second.channel()).get()
     assert winner is not None and winner.delivery_info["redelivered"] is True

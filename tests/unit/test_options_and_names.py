@@ -57,6 +57,7 @@ def test_kombu_generic_options_pass() -> None:
         {"queue_options": {"q": {"retries": 1}}},
         {"queue_options": {"bad\nname": {}}},
         {"create_tables": "yes"},
+        {"visibility_timeout": 2, "renew_interval": 5},
     ],
 )
 def test_bad_values_are_configuration_errors(raw: dict[str, object]) -> None:

@@ -77,10 +77,12 @@ class Queries:
     job_held = sa.text(
         "SELECT id, reserved_token FROM askr_jobs WHERE reserved_token IN :tokens"
     ).bindparams(sa.bindparam("tokens", expanding=True))
+    # :uncounted is 1 when the claim that refused the job already counted an
+    # attempt that never ran, so the dead letter records deliveries made.
     job_dead_letter_copy = sa.text(
         """
         INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)
-        SELECT uuid, queue, payload, :exception, attempts, :now
+        SELECT uuid, queue, payload, :exception, attempts - :uncounted, :now
           FROM askr_jobs WHERE id = :id AND reserved_token = :token
         """
     )

@@ -62,6 +62,11 @@ def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> C
         time.sleep(sleep_redelivered if redelivered else sleep)
         _record("ran", label, self.request)
 
+    @app.task(bind=True, name="e2e.limited", rate_limit="1/m", shared=False)
+    def limited(self: Any, label: str) -> None:
+        """Rate-limited: the worker holds the later messages (unacked) in its token bucket."""
+        _record("ran", label, self.request)
+
     return app
 
 

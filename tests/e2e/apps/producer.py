@@ -37,7 +37,14 @@ def main() -> int:
                 declare=[queue] if n == 0 else [],
             )
     print(
-        json.dumps({"event": "done", "count": args.count, "secs": time.monotonic() - start}),
+        json.dumps(
+            {
+                "event": "done",
+                "count": args.count,
+                "secs": time.monotonic() - start,
+                "t": time.time(),
+            }
+        ),
         flush=True,
     )
     return 0
