@@ -459,3 +459,14 @@ def test_lapsed_and_never_claimed_jobs_are_served_in_one_order(
     claimed = store.claim("q", 3, 5).jobs
     assert [j.payload for j in claimed] == [b"lapsing-high", b"new-high", b"old-low"]
     assert claimed[0].id == held.id and claimed[0].attempts == 2
+
+
+def test_a_lapsed_reservation_nobody_took_is_still_the_holders(
+    store: JobStore, clock: Clock
+) -> None:
+    store.enqueue_many([job(payload=b"renewed"), job(payload=b"acked")])
+    first, second = store.claim("q", 2, 5).jobs
+    clock.advance(30)  # both lapsed; no other consumer claimed them
+    assert store.renew([first.receipt], 5) == {first.receipt}  # only the token fences
+    assert store.ack(second.receipt) is True
+    assert store.claim("q", 5, 5).jobs == []  # the renewed one is held again

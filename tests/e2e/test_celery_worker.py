@@ -182,6 +182,22 @@ def test_worker_killed_mid_acks_late_task_is_redelivered(
     assert "Traceback" not in second.output, second.output[-4000:]
 
 
+def test_pool_child_lost_with_reject_on_worker_lost_is_released_and_rerun(
+    app: Celery, start_worker: Callable[..., Proc], out_file: Path, store: JobStore, db_url: str
+) -> None:
+    """A pool child dies mid-task: Celery rejects with requeue, the job comes back with backoff."""
+    worker = start_worker(concurrency=1)
+    app.tasks["e2e.die_once"].delay("child-dies")
+    wait_until(lambda: ran(out_file), 30, what="the redelivery finished")
+    starts = ran(out_file, "started")
+    assert [s["redelivered"] for s in starts] == [False, True]
+    # Released with backoff (attempt 1: 0.5-1 s, rounded up to the second), not at once.
+    assert starts[1]["t"] - starts[0]["t"] >= 0.5
+    wait_until(lambda: jobs_left(db_url) == 0, 10, what="row deleted after the ack")
+    assert store.dead_letters() == []
+    assert "WorkerLostError" in worker.output
+
+
 def test_warm_shutdown_returns_prefetched_unstarted_messages(
     app: Celery, start_worker: Callable[..., Proc], out_file: Path, db_url: str
 ) -> None:

@@ -62,6 +62,16 @@ def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> C
         time.sleep(sleep_redelivered if redelivered else sleep)
         _record("ran", label, self.request)
 
+    @app.task(
+        bind=True, name="e2e.die_once", acks_late=True, reject_on_worker_lost=True, shared=False
+    )
+    def die_once(self: Any, label: str) -> None:
+        """The pool child dies on the first delivery; the redelivery completes."""
+        _record("started", label, self.request)
+        if not (self.request.delivery_info or {}).get("redelivered"):
+            os._exit(1)
+        _record("ran", label, self.request)
+
     @app.task(bind=True, name="e2e.limited", rate_limit="1/m", shared=False)
     def limited(self: Any, label: str) -> None:
         """Rate-limited: the worker holds the later messages (unacked) in its token bucket."""
