@@ -23,6 +23,11 @@ from tasks import add, app, resize  # noqa: E402
 from kombu_sqlqueue.store import JobStore  # noqa: E402
 
 
+def describe(store: JobStore) -> str:
+    b = store.backlog("celery")
+    return f"queue 'celery': {b.total} waiting ({b.ready} ready now, {b.total - b.ready} delayed)"
+
+
 def main() -> int:
     for stale in HERE.glob("demo-*.db*"):
         stale.unlink()
@@ -34,7 +39,7 @@ def main() -> int:
     results = [add.delay(i, i) for i in range(20)]
     results += [resize.apply_async((f"photo-{i}.jpg",), priority=i % 10) for i in range(10)]
     later = add.apply_async((40, 2), countdown=3)
-    print(f"sent {len(results) + 1} tasks; backlog: {store.backlog('celery')}")
+    print(f"sent {len(results) + 1} tasks; {describe(store)}")
 
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-c", "2", "-l", "warning"],
@@ -43,7 +48,7 @@ def main() -> int:
     try:
         for r in results:
             print(f"  {r.id[:8]} -> {r.get(timeout=60)!r}")
-        print(f"backlog now: {store.backlog('celery')}")
+        print(f"after the worker ran them: {describe(store)}")
         print(f"countdown task -> {later.get(timeout=60)!r} "
               f"({time.monotonic() - sent:.1f}s after sending; countdown was 3s)")  # fmt: skip
         print("demo finished: every task ran exactly as sent.")
