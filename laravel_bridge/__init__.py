@@ -5,6 +5,14 @@ Pure Python; Kombu is not needed to use it.
 
 from __future__ import annotations
 
+from .encryption import Encrypter
+from .exceptions import (
+    DecryptError,
+    EncryptionKeyError,
+    LaravelBridgeError,
+    PayloadError,
+)
+from .payload import JobCommand, ModelIdentifier, Payload
 from .php_serialize import (
     PhpEnum,
     PhpObject,
@@ -18,6 +26,14 @@ from .php_serialize import (
 )
 
 __all__ = [
+    "DecryptError",
+    "Encrypter",
+    "EncryptionKeyError",
+    "JobCommand",
+    "LaravelBridgeError",
+    "ModelIdentifier",
+    "Payload",
+    "PayloadError",
     "PhpEnum",
     "PhpObject",
     "PhpReference",

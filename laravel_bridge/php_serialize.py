@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .exceptions import PhpSerializeError
+
 __all__ = [
     "PhpEnum",
     "PhpObject",
@@ -50,10 +52,6 @@ INT_MAX = 2**63 - 1
 
 _FLOAT = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _INT = re.compile(rb"[+-]?[0-9]+\Z")
-
-
-class PhpSerializeError(ValueError):
-    """Input is not valid PHP ``serialize()`` data, or a value cannot be serialized."""
 
 
 @dataclass(eq=True)
