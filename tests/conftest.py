@@ -13,6 +13,7 @@ and under ``CI=true`` a missing server fails the test instead of skipping it.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,3 +66,20 @@ def store(db_url: str) -> Iterator[JobStore]:
 def python() -> str:
     """The interpreter running the tests, for subprocesses."""
     return sys.executable
+
+
+def require_binary(name: str, install_hint: str) -> str:
+    """Path of an external program a test needs: a failure under CI, a skip elsewhere."""
+    found = shutil.which(name)
+    if found:
+        return found
+    message = f"{name} is not installed ({install_hint})"
+    if in_ci():
+        pytest.fail(f"{message}; .ci/run should have installed it")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def php() -> str:
+    """Debian's PHP CLI (``php-cli``)."""
+    return require_binary("php", "apt-get install php-cli php-sqlite3 php-laravel-framework")

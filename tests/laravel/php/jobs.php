@@ -1,0 +1,72 @@
+<?php
+// Jobs shaped as `php artisan make:job` makes them, for the interop tests.
+namespace App\Jobs;
+
+use Illuminate\Bus\Queueable;
+use Illuminate\Contracts\Queue\ShouldBeEncrypted;
+use Illuminate\Contracts\Queue\ShouldQueue;
+use Illuminate\Foundation\Bus\Dispatchable;
+use Illuminate\Queue\InteractsWithQueue;
+use Illuminate\Queue\SerializesModels;
+
+enum Status: string { case Paid = 'paid'; case Open = 'open'; }
+
+class SendInvoice implements ShouldQueue
+{
+    use Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public $tries = 3;
+    public $backoff = [1, 5, 10];
+    public $timeout = 120;
+    public $maxExceptions = 2;
+    public $failOnTimeout = true;
+
+    public function __construct(
+        public int $invoiceId,
+        public string $customer,
+        public float $amount,
+        public array $lines,
+        protected ?string $note = null,
+        private bool $urgent = false,
+    ) {}
+
+    public function handle() {}
+}
+
+class ResizeImage implements ShouldQueue
+{
+    use Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public function __construct(public string $path, public $when, public $status, public $statuses) {}
+
+    public function retryUntil() { return \Carbon\Carbon::createFromTimestamp(2000000000); }
+
+    public function handle() {}
+}
+
+class Secret implements ShouldQueue, ShouldBeEncrypted
+{
+    use Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public function __construct(public string $token) {}
+
+    public function handle() {}
+}
+
+function job_cases(): array
+{
+    $when = \Carbon\Carbon::create(2024, 5, 6, 7, 8, 9.123456, 'Europe/Paris');
+    return [
+        'invoice' => (new SendInvoice(7, "Zoë / \"Ünïcode\" \u{2028}", 19.99,
+            [['sku' => 'A-1', 'qty' => 2, 'price' => 9.5], ['sku' => 'B/2', 'qty' => 1, 'price' => 0.1]],
+            'pay soon', true))->onQueue('high'),
+        'delayed' => (new SendInvoice(8, 'Bob', 3.0, []))->delay(60)->onConnection('database'),
+        'dates_and_enums' => (new ResizeImage('/img/a.png', $when, Status::Paid,
+            [Status::Open, Status::Open, Status::Paid])),
+        'chained' => (new SendInvoice(9, 'Chain', 1.0, []))->chain([
+            new ResizeImage('/img/b.png', null, Status::Open, []),
+            new SendInvoice(10, 'Next', 2.0, []),
+        ]),
+        'encrypted' => new Secret('s3cr3t'),
+    ];
+}
