@@ -51,7 +51,13 @@ INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
 
 _FLOAT = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-_INT = re.compile(rb"[+-]?[0-9]+\Z")
+# One match reads the head of any common token; its group number says which.
+# (C:, E:, r:, R: and malformed input take the slow path, _Reader.rare.)
+_TOKEN = re.compile(
+    rb's:([0-9]{1,19}):"|i:([+-]?[0-9]{1,19});|a:([0-9]{1,19}):\{|O:([0-9]{1,19}):"'
+    rb"|d:([^;]{1,64});|b:([01]);|(N;)|(\})"
+)
+_OBJECT_TAIL = re.compile(rb'":([0-9]{1,19}):\{')
 
 
 @dataclass(eq=True)
@@ -154,19 +160,6 @@ def plain_name(key: str | int) -> str:
 # -- decoding -----------------------------------------------------------------------------
 
 
-class _Frame:
-    """An array or object being filled: where the next key and value go."""
-
-    __slots__ = ("container", "key", "need_key", "obj", "remaining")
-
-    def __init__(self, container: Any, remaining: int, obj: Any) -> None:
-        self.container = container  # list, or dict once keys stop being 0..n-1
-        self.remaining = remaining
-        self.obj = obj  # the PhpObject for O:, else None
-        self.need_key = True
-        self.key: Any = None
-
-
 def _text(raw: bytes) -> str | bytes:
     try:
         return raw.decode("utf-8")
@@ -210,185 +203,204 @@ class _Reader:
 
     def loads(self) -> Any:
         data, n = self.data, self.n
+        match = _TOKEN.match
         pos = 0
-        stack: list[_Frame] = []
+        # A frame is [container, remaining, obj, key]: an array (list, or dict once
+        # keys stop being 0..n-1) or an object's property dict being filled.
+        stack: list[list[Any]] = []
+        frame: list[Any] | None = None
+        expect_key = False
         slots: list[Any] = []  # every value but R:, in order: what r:/R: numbers refer to
-        where: list[tuple[_Frame | None, Any]] = []  # where each slot's value sits
-        result: Any = None
+        # Where each slot's value sits, for R: to box it in place (only if R: may occur).
+        where: list[tuple[list[Any] | None, Any]] | None = [] if b"R:" in data else None
         while True:
-            frame = stack[-1] if stack else None
             if frame is not None:
-                if frame.remaining == 0:
+                if frame[1] == 0:
                     if data[pos : pos + 1] != b"}":
                         raise self.fail(pos, "expected '}'")
                     pos += 1
                     stack.pop()
-                    value = frame.obj if frame.obj is not None else frame.container
-                    parent = stack[-1] if stack else None
-                    if parent is None:
+                    value = frame[0] if frame[2] is None else frame[2]
+                    if not stack:
                         result = value
                         break
-                    self._store(parent, value)
+                    frame = stack[-1]
+                    container = frame[0]
+                    if type(container) is list:
+                        container.append(value)
+                    else:
+                        container[frame[3]] = value
+                    frame[1] -= 1
+                    expect_key = True
                     continue
-                if frame.need_key:
-                    tag = data[pos : pos + 2]
-                    if tag == b"i:":
-                        end = data.find(b";", pos + 2)
-                        raw = data[pos + 2 : end] if end >= 0 else b""
-                        if not _INT.match(raw):
-                            raise self.fail(pos, "bad integer key")
-                        key: Any = int(raw)
-                        pos = end + 1
-                    elif tag == b"s:":
-                        raw_key, pos = self.string(pos + 2)
-                        if data[pos : pos + 1] != b";":
-                            raise self.fail(pos, "expected ';'")
-                        pos += 1
-                        key = _name(raw_key) if frame.obj is not None else _text(raw_key)
+                if expect_key:
+                    m = match(data, pos)
+                    if m is None:
+                        raise self.fail(pos, "expected an integer or string key")
+                    kind = m.lastindex
+                    if kind == 2:
+                        key: Any = int(m.group(2))
+                        pos = m.end()
+                    elif kind == 1:
+                        start = m.end()
+                        stop = start + int(m.group(1))
+                        if data[stop : stop + 2] != b'";':
+                            raise self.fail(pos, "bad string key (length does not match)")
+                        raw = data[start:stop]
+                        key = _name(raw) if frame[2] is not None else _text(raw)
+                        pos = stop + 2
                     else:
                         raise self.fail(pos, "expected an integer or string key")
-                    frame.key = key
-                    frame.need_key = False
-                    container = frame.container
+                    frame[3] = key
+                    expect_key = False
+                    container = frame[0]
                     if type(container) is list and key != len(container):
-                        frame.container = dict(enumerate(container))
-                        if frame.obj is not None:
-                            frame.obj.properties = frame.container
+                        frame[0] = container = dict(enumerate(container))
+                        if frame[2] is not None:
+                            frame[2].properties = container
                     continue
             # A value.
-            if pos >= n:
-                raise self.fail(pos, "unexpected end of data")
-            tag_byte = data[pos]
-            if data[pos + 1 : pos + 2] != b":" and tag_byte != 0x4E:  # 'N'
-                raise self.fail(pos, "expected ':' after the type tag")
-            value = None
-            opened: _Frame | None = None
-            if tag_byte == 0x73:  # s
-                raw, pos = self.string(pos + 2)
-                if data[pos : pos + 1] != b";":
-                    raise self.fail(pos, "expected ';'")
-                pos += 1
-                value = _text(raw)
-            elif tag_byte == 0x69:  # i
-                end = data.find(b";", pos + 2)
-                raw = data[pos + 2 : end] if end >= 0 else b""
-                if not _INT.match(raw):
-                    raise self.fail(pos, "bad integer")
-                value = int(raw)
-                if not INT_MIN <= value <= INT_MAX:
-                    raise self.fail(pos, "integer out of the 64-bit range")
-                pos = end + 1
-            elif tag_byte == 0x4E:  # N
-                if data[pos + 1 : pos + 2] != b";":
-                    raise self.fail(pos, "bad null")
-                pos += 2
-            elif tag_byte == 0x62:  # b
-                flag = data[pos + 2 : pos + 4]
-                if flag == b"1;":
-                    value = True
-                elif flag == b"0;":
-                    value = False
-                else:
-                    raise self.fail(pos, "bad boolean")
-                pos += 4
-            elif tag_byte == 0x64:  # d
-                end = data.find(b";", pos + 2)
-                raw = data[pos + 2 : end] if end >= 0 else b""
-                value = _float(raw)
-                if value is None:
-                    raise self.fail(pos, "bad float")
-                pos = end + 1
-            elif tag_byte == 0x61:  # a
-                count, end = self.number(pos + 2, 0x3A, "array size")
-                if data[end + 1 : end + 2] != b"{":
-                    raise self.fail(pos, "expected '{'")
-                pos = end + 2
-                opened = _Frame([], count, None)
-                value = opened.container
-            elif tag_byte == 0x4F:  # O
-                raw_class, end = self.string(pos + 2)
-                if data[end : end + 1] != b":":
-                    raise self.fail(end, "expected ':'")
-                count, end = self.number(end + 1, 0x3A, "property count")
-                if data[end + 1 : end + 2] != b"{":
-                    raise self.fail(pos, "expected '{'")
-                pos = end + 2
-                props: dict[str | int, Any] = {}
-                value = PhpObject(_name(raw_class), props)
-                opened = _Frame(props, count, value)
-                opened.container = props  # objects keep a dict from the start
-            elif tag_byte == 0x43:  # C
-                raw_class, end = self.string(pos + 2)
-                if data[end : end + 1] != b":":
-                    raise self.fail(end, "expected ':'")
-                length, end = self.number(end + 1, 0x3A, "Serializable data length")
-                start = end + 2
-                stop = start + length
-                if data[end + 1 : start] != b"{" or stop >= n or data[stop] != 0x7D:
-                    raise self.fail(pos, "bad Serializable data (length does not match)")
-                value = PhpSerializable(_name(raw_class), data[start:stop])
-                pos = stop + 1
-            elif tag_byte == 0x45:  # E
-                raw_enum, end = self.string(pos + 2)
-                if data[end : end + 1] != b";":
-                    raise self.fail(end, "expected ';'")
-                class_name, sep, case = _name(raw_enum).partition(":")
-                if not sep or not class_name or not case:
-                    raise self.fail(pos, "bad enum (expected Class:Case)")
-                value = PhpEnum(class_name, case)
-                pos = end + 1
-            elif tag_byte in (0x72, 0x52):  # r, R
-                end = data.find(b";", pos + 2)
-                raw = data[pos + 2 : end] if end >= 0 else b""
-                if not raw.isdigit() or len(raw) > 19:
-                    raise self.fail(pos, "bad back-reference")
-                index = int(raw) - 1
-                if not 0 <= index < len(slots):
-                    raise self.fail(pos, "back-reference to a value that does not exist")
-                pos = end + 1
-                if tag_byte == 0x72:
-                    value = slots[index]
-                else:
-                    target = slots[index]
-                    if not isinstance(target, PhpReference):
-                        target = PhpReference(target)
-                        slots[index] = target
-                        holder, at = where[index]
-                        if holder is not None:
-                            holder.container[at] = target
-                        else:  # R: to the top-level value: only from inside itself
-                            raise self.fail(pos, "reference to the outermost value")
-                    value = target
+            m = match(data, pos)
+            opened: list[Any] | None = None
+            if m is None:
+                value, pos, boxed = self.rare(pos, frame, slots, where)
+                if boxed:  # an R:, which takes no slot
                     if frame is None:
                         raise self.fail(pos, "a reference cannot be the outermost value")
-                    self._store(frame, value)
+                    container = frame[0]
+                    if type(container) is list:
+                        container.append(value)
+                    else:
+                        container[frame[3]] = value
+                    frame[1] -= 1
+                    expect_key = True
                     continue
             else:
-                raise self.fail(pos, f"unknown type tag {chr(tag_byte)!r}")
+                kind = m.lastindex
+                if kind == 1:  # s:
+                    start = m.end()
+                    stop = start + int(m.group(1))
+                    if data[stop : stop + 2] != b'";':
+                        raise self.fail(pos, "bad string (length does not match)")
+                    raw = data[start:stop]
+                    try:
+                        value = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        value = raw
+                    pos = stop + 2
+                elif kind == 2:  # i:
+                    value = int(m.group(2))
+                    if not INT_MIN <= value <= INT_MAX:
+                        raise self.fail(pos, "integer out of the 64-bit range")
+                    pos = m.end()
+                elif kind == 3:  # a:
+                    value = []
+                    opened = [value, int(m.group(3)), None, None]
+                    pos = m.end()
+                elif kind == 4:  # O:
+                    start = m.end()
+                    stop = start + int(m.group(4))
+                    tail = _OBJECT_TAIL.match(data, stop)
+                    if tail is None:
+                        raise self.fail(pos, "bad object header")
+                    props: dict[str | int, Any] = {}
+                    value = PhpObject(_name(data[start:stop]), props)
+                    opened = [props, int(tail.group(1)), value, None]
+                    pos = tail.end()
+                elif kind == 5:  # d:
+                    value = _float(m.group(5))
+                    if value is None:
+                        raise self.fail(pos, "bad float")
+                    pos = m.end()
+                elif kind == 6:  # b:
+                    value = m.group(6) == b"1"
+                    pos = m.end()
+                elif kind == 7:  # N;
+                    value = None
+                    pos = m.end()
+                else:
+                    raise self.fail(pos, "unexpected '}'")
             slots.append(value)
-            where.append((frame, frame.key if frame is not None else None))
+            if where is not None:
+                where.append((frame, frame[3] if frame is not None else None))
             if opened is not None:
                 if len(stack) >= self.max_depth:
                     raise self.fail(pos, f"nesting deeper than {self.max_depth}")
                 stack.append(opened)
+                frame = opened
+                expect_key = True
                 continue
             if frame is None:
                 result = value
                 break
-            self._store(frame, value)
+            container = frame[0]
+            if type(container) is list:
+                container.append(value)
+            else:
+                container[frame[3]] = value
+            frame[1] -= 1
+            expect_key = True
         if pos != n:
             raise self.fail(pos, "trailing data after the value")
         return result
 
-    @staticmethod
-    def _store(frame: _Frame, value: Any) -> None:
-        container = frame.container
-        if type(container) is list:
-            container.append(value)
-        else:
-            container[frame.key] = value
-        frame.remaining -= 1
-        frame.need_key = True
+    def rare(
+        self,
+        pos: int,
+        frame: list[Any] | None,
+        slots: list[Any],
+        where: list[tuple[list[Any] | None, Any]] | None,
+    ) -> tuple[Any, int, bool]:
+        """C:, E:, r: and R: (and every malformed token): (value, new position, is an R:)."""
+        data, n = self.data, self.n
+        if pos >= n:
+            raise self.fail(pos, "unexpected end of data")
+        tag_byte = data[pos]
+        if data[pos + 1 : pos + 2] != b":":
+            raise self.fail(pos, f"bad or unknown value {data[pos : pos + 12]!r}")
+        if tag_byte == 0x43:  # C
+            raw_class, end = self.string(pos + 2)
+            if data[end : end + 1] != b":":
+                raise self.fail(end, "expected ':'")
+            length, end = self.number(end + 1, 0x3A, "Serializable data length")
+            start = end + 2
+            stop = start + length
+            if data[end + 1 : start] != b"{" or stop >= n or data[stop] != 0x7D:
+                raise self.fail(pos, "bad Serializable data (length does not match)")
+            return PhpSerializable(_name(raw_class), data[start:stop]), stop + 1, False
+        if tag_byte == 0x45:  # E
+            raw_enum, end = self.string(pos + 2)
+            if data[end : end + 1] != b";":
+                raise self.fail(end, "expected ';'")
+            class_name, sep, case = _name(raw_enum).partition(":")
+            if not sep or not class_name or not case:
+                raise self.fail(pos, "bad enum (expected Class:Case)")
+            return PhpEnum(class_name, case), end + 1, False
+        if tag_byte in (0x72, 0x52):  # r, R
+            end = data.find(b";", pos + 2)
+            raw = data[pos + 2 : end] if end >= 0 else b""
+            if not raw.isdigit() or len(raw) > 19:
+                raise self.fail(pos, "bad back-reference")
+            index = int(raw) - 1
+            if not 0 <= index < len(slots):
+                raise self.fail(pos, "back-reference to a value that does not exist")
+            if tag_byte == 0x72:
+                return slots[index], end + 1, False
+            target = slots[index]
+            if not isinstance(target, PhpReference):
+                assert where is not None  # R: in the data means where is tracked
+                holder, at = where[index]
+                if holder is None:
+                    raise self.fail(pos, "reference to the outermost value")
+                target = PhpReference(target)
+                slots[index] = target
+                holder[0][at] = target
+            return target, end + 1, True
+        if tag_byte in b"sia":
+            raise self.fail(pos, f"bad {chr(tag_byte)}: value (malformed number or length)")
+        if tag_byte in b"Odb":
+            raise self.fail(pos, f"bad {chr(tag_byte)}: value")
+        raise self.fail(pos, f"unknown type tag {chr(tag_byte)!r}")
 
 
 def _float(raw: bytes) -> float | None:
@@ -417,13 +429,15 @@ def loads(data: bytes | bytearray | memoryview | str, *, max_depth: int = DEFAUL
 
 def php_float(value: float) -> str:
     """PHP 8's text for a double in ``serialize()`` (``serialize_precision = -1``)."""
+    text = repr(value)
+    if "e" not in text and "n" not in text:
+        # Python's repr and php_gcvt agree on plain notation between 1e-4 and 1e16;
+        # PHP just drops a ".0".
+        return text[:-2] if text.endswith(".0") else text
     if value != value:
         return "NAN"
     if value in (math.inf, -math.inf):
         return "INF" if value > 0 else "-INF"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    text = repr(value)
     sign = ""
     if text[0] == "-":
         sign, text = "-", text[1:]
@@ -446,119 +460,131 @@ def php_float(value: float) -> str:
     return sign + out
 
 
-def _utf8(value: str | bytes) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return value.encode("utf-8", "surrogateescape")
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-        self.slot = 0
-        self.memo: dict[Any, int] = {}
-        self.keep: list[Any] = []  # keeps memoized objects alive so ids stay unique
-
-    def key(self, key: Any) -> None:
-        if type(key) is int or (isinstance(key, int) and not isinstance(key, bool)):
-            self.out.append(b"i:%d;" % key)
-        elif isinstance(key, (str, bytes)):
-            raw = _utf8(key)
-            self.out.append(b's:%d:"%s";' % (len(raw), raw))
-        else:
-            raise PhpSerializeError(f"array keys must be int or str, got {type(key).__name__}")
-
-    def value(self, value: Any) -> Iterator[tuple[Any, Any]] | None:
-        """Write ``value``; for a container, write its head and return its items."""
-        self.slot += 1
-        out = self.out
-        kind = type(value)
-        if value is None:
-            out.append(b"N;")
-        elif kind is bool:
-            out.append(b"b:1;" if value else b"b:0;")
-        elif kind is int or (isinstance(value, int) and not isinstance(value, bool)):
-            if not INT_MIN <= value <= INT_MAX:
-                raise PhpSerializeError(f"integer {value} does not fit PHP's 64-bit int")
-            out.append(b"i:%d;" % value)
-        elif kind is float:
-            out.append(b"d:" + php_float(value).encode("ascii") + b";")
-        elif kind is str or kind is bytes or isinstance(value, (str, bytes, bytearray)):
-            raw = _utf8(value) if not isinstance(value, bytearray) else bytes(value)
-            out.append(b's:%d:"%s";' % (len(raw), raw))
-        elif kind is list or kind is tuple:
-            out.append(b"a:%d:{" % len(value))
-            return enumerate(value)
-        elif kind is dict:
-            out.append(b"a:%d:{" % len(value))
-            items: Iterator[tuple[Any, Any]] = iter(value.items())
-            return items
-        elif kind is PhpObject:
-            seen = self.memo.get(id(value))
-            if seen is not None:
-                out.append(b"r:%d;" % seen)
-                return None
-            self.memo[id(value)] = self.slot
-            self.keep.append(value)
-            cls = _utf8(value.class_name)
-            out.append(b'O:%d:"%s":%d:{' % (len(cls), cls, len(value.properties)))
-            props: Iterator[tuple[Any, Any]] = iter(value.properties.items())
-            return props
-        elif kind is PhpEnum:
-            enum_key = ("enum", value.class_name, value.case)
-            seen = self.memo.get(enum_key)
-            if seen is not None:
-                out.append(b"r:%d;" % seen)
-                return None
-            self.memo[enum_key] = self.slot
-            raw = _utf8(f"{value.class_name}:{value.case}")
-            out.append(b'E:%d:"%s";' % (len(raw), raw))
-        elif kind is PhpSerializable:
-            seen = self.memo.get(id(value))
-            if seen is not None:
-                out.append(b"r:%d;" % seen)
-                return None
-            self.memo[id(value)] = self.slot
-            self.keep.append(value)
-            cls = _utf8(value.class_name)
-            out.append(b'C:%d:"%s":%d:{%s}' % (len(cls), cls, len(value.data), value.data))
-        elif kind is PhpReference:
-            seen = self.memo.get(id(value))
-            if seen is not None:
-                self.slot -= 1  # PHP does not count an R: as a value
-                out.append(b"R:%d;" % seen)
-                return None
-            self.memo[id(value)] = self.slot
-            self.keep.append(value)
-            self.slot -= 1  # the boxed value takes this slot
-            return self.value(value.value)
-        else:
-            raise PhpSerializeError(
-                f"cannot serialize {kind.__name__}: use None, bool, int, float, str, bytes, "
-                "list, dict, PhpObject, PhpEnum, PhpSerializable or PhpReference"
-            )
-        return None
+_SUPPORTED = (
+    "use None, bool, int, float, str, bytes, list, tuple, dict, PhpObject, PhpEnum, "
+    "PhpSerializable or PhpReference"
+)
 
 
 def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
-    """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`."""
-    writer = _Writer()
-    first = writer.value(value)
-    if first is not None:
-        stack: list[Iterator[tuple[Any, Any]]] = [first]
-        key_out = writer.key
-        value_out = writer.value
-        out = writer.out
-        while stack:
-            for key, item in stack[-1]:
-                key_out(key)
-                items = value_out(item)
-                if items is not None:
-                    if len(stack) >= max_depth:
-                        raise PhpSerializeError(f"nesting deeper than {max_depth}")
-                    stack.append(items)
-                    break
+    """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`.
+
+    Objects met again are written as ``r:`` (same Python object), enum cases
+    met again as ``r:`` (equal cases: PHP enum cases are singletons), and a
+    :class:`PhpReference` met again as ``R:``, numbering values as PHP does.
+    """
+    out: list[bytes] = []
+    append = out.append
+    slot = 0  # PHP numbers every value written, except R:
+    memo: dict[Any, int] = {}
+    keep: list[Any] = []  # memoized objects stay alive, so their ids stay unique
+    stack: list[Iterator[tuple[Any, Any]]] = []
+    items: Iterator[tuple[Any, Any]] = iter(((None, value),))
+    top = True
+    while True:
+        for key, item in items:
+            if top:
+                top = False
             else:
-                stack.pop()
-                out.append(b"}")
-    return b"".join(writer.out)
+                kt = type(key)
+                if kt is str:
+                    raw = key.encode("utf-8", "surrogateescape")
+                    append(b's:%d:"%s";' % (len(raw), raw))
+                elif kt is int:
+                    append(b"i:%d;" % key)
+                elif isinstance(key, bytes):
+                    append(b's:%d:"%s";' % (len(key), key))
+                elif isinstance(key, int) and not isinstance(key, bool):
+                    append(b"i:%d;" % key)
+                else:
+                    raise PhpSerializeError(
+                        f"array keys must be int or str, got {type(key).__name__}"
+                    )
+            while True:  # a value (loops only to unwrap a PhpReference)
+                slot += 1
+                t = type(item)
+                opened: Iterator[tuple[Any, Any]] | None = None
+                if t is str:
+                    raw = item.encode("utf-8", "surrogateescape")
+                    append(b's:%d:"%s";' % (len(raw), raw))
+                elif t is int:
+                    if not INT_MIN <= item <= INT_MAX:
+                        raise PhpSerializeError(f"integer {item} does not fit PHP's 64-bit int")
+                    append(b"i:%d;" % item)
+                elif item is None:
+                    append(b"N;")
+                elif t is bool:
+                    append(b"b:1;" if item else b"b:0;")
+                elif t is float:
+                    append(b"d:%s;" % php_float(item).encode("ascii"))
+                elif t is list or t is tuple:
+                    append(b"a:%d:{" % len(item))
+                    opened = enumerate(item)
+                elif t is dict:
+                    append(b"a:%d:{" % len(item))
+                    opened = iter(item.items())
+                elif t is PhpObject:
+                    seen = memo.get(id(item))
+                    if seen is not None:
+                        append(b"r:%d;" % seen)
+                    else:
+                        memo[id(item)] = slot
+                        keep.append(item)
+                        cls = item.class_name.encode("utf-8", "surrogateescape")
+                        append(b'O:%d:"%s":%d:{' % (len(cls), cls, len(item.properties)))
+                        opened = iter(item.properties.items())
+                elif t is PhpEnum:
+                    enum_key = ("enum", item.class_name, item.case)
+                    seen = memo.get(enum_key)
+                    if seen is not None:
+                        append(b"r:%d;" % seen)
+                    else:
+                        memo[enum_key] = slot
+                        raw = f"{item.class_name}:{item.case}".encode("utf-8", "surrogateescape")
+                        append(b'E:%d:"%s";' % (len(raw), raw))
+                elif t is PhpReference:
+                    seen = memo.get(id(item))
+                    slot -= 1  # R: takes no number; a first sight numbers the boxed value
+                    if seen is not None:
+                        append(b"R:%d;" % seen)
+                    else:
+                        memo[id(item)] = slot + 1
+                        keep.append(item)
+                        item = item.value
+                        continue
+                elif t is PhpSerializable:
+                    seen = memo.get(id(item))
+                    if seen is not None:
+                        append(b"r:%d;" % seen)
+                    else:
+                        memo[id(item)] = slot
+                        keep.append(item)
+                        cls = item.class_name.encode("utf-8", "surrogateescape")
+                        data = item.data
+                        append(b'C:%d:"%s":%d:{%s}' % (len(cls), cls, len(data), data))
+                elif isinstance(item, (bytes, bytearray, memoryview)):
+                    raw = bytes(item)
+                    append(b's:%d:"%s";' % (len(raw), raw))
+                elif isinstance(item, str):
+                    raw = str(item).encode("utf-8", "surrogateescape")
+                    append(b's:%d:"%s";' % (len(raw), raw))
+                elif isinstance(item, int) and not isinstance(item, bool):
+                    if not INT_MIN <= item <= INT_MAX:
+                        raise PhpSerializeError(f"integer {item} does not fit PHP's 64-bit int")
+                    append(b"i:%d;" % item)
+                elif isinstance(item, float):
+                    append(b"d:%s;" % php_float(float(item)).encode("ascii"))
+                else:
+                    raise PhpSerializeError(f"cannot serialize {t.__name__}: {_SUPPORTED}")
+                break
+            if opened is not None:
+                if len(stack) >= max_depth:
+                    raise PhpSerializeError(f"nesting deeper than {max_depth}")
+                stack.append(items)
+                items = opened
+                break
+        else:
+            if not stack:
+                return b"".join(out)
+            append(b"}")
+            items = stack.pop()
