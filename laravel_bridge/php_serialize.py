@@ -205,8 +205,10 @@ class _Reader:
         data, n = self.data, self.n
         match = _TOKEN.match
         pos = 0
-        # A frame is [container, remaining, obj, key]: an array (list, or dict once
-        # keys stop being 0..n-1) or an object's property dict being filled.
+        # A frame is [container, remaining, obj, key, slot, box]: an array (list, or
+        # dict once keys stop being 0..n-1) or an object's property dict being filled;
+        # its value's slot number, and the PhpReference boxing it if an R: inside it
+        # pointed back at it while it was still open.
         stack: list[list[Any]] = []
         frame: list[Any] | None = None
         expect_key = False
@@ -220,7 +222,7 @@ class _Reader:
                         raise self.fail(pos, "expected '}'")
                     pos += 1
                     stack.pop()
-                    value = frame[0] if frame[2] is None else frame[2]
+                    value = frame[5] or (frame[0] if frame[2] is None else frame[2])
                     if not stack:
                         result = value
                         break
@@ -240,6 +242,8 @@ class _Reader:
                     kind = m.lastindex
                     if kind == 2:
                         key: Any = int(m.group(2))
+                        if not INT_MIN <= key <= INT_MAX:
+                            raise self.fail(pos, "integer key out of the 64-bit range")
                         pos = m.end()
                     elif kind == 1:
                         start = m.end()
@@ -258,12 +262,16 @@ class _Reader:
                         frame[0] = container = dict(enumerate(container))
                         if frame[2] is not None:
                             frame[2].properties = container
+                        elif frame[5] is not None:
+                            frame[5].value = container
+                        elif where is not None:
+                            slots[frame[4]] = container
                     continue
             # A value.
             m = match(data, pos)
             opened: list[Any] | None = None
             if m is None:
-                value, pos, boxed = self.rare(pos, frame, slots, where)
+                value, pos, boxed = self.rare(pos, stack, slots, where)
                 if boxed:  # an R:, which takes no slot
                     if frame is None:
                         raise self.fail(pos, "a reference cannot be the outermost value")
@@ -295,7 +303,7 @@ class _Reader:
                     pos = m.end()
                 elif kind == 3:  # a:
                     value = []
-                    opened = [value, int(m.group(3)), None, None]
+                    opened = [value, int(m.group(3)), None, None, len(slots), None]
                     pos = m.end()
                 elif kind == 4:  # O:
                     start = m.end()
@@ -305,7 +313,7 @@ class _Reader:
                         raise self.fail(pos, "bad object header")
                     props: dict[str | int, Any] = {}
                     value = PhpObject(_name(data[start:stop]), props)
-                    opened = [props, int(tail.group(1)), value, None]
+                    opened = [props, int(tail.group(1)), value, None, len(slots), None]
                     pos = tail.end()
                 elif kind == 5:  # d:
                     value = _float(m.group(5))
@@ -347,7 +355,7 @@ class _Reader:
     def rare(
         self,
         pos: int,
-        frame: list[Any] | None,
+        stack: list[list[Any]],
         slots: list[Any],
         where: list[tuple[list[Any] | None, Any]] | None,
     ) -> tuple[Any, int, bool]:
@@ -384,18 +392,32 @@ class _Reader:
             index = int(raw) - 1
             if not 0 <= index < len(slots):
                 raise self.fail(pos, "back-reference to a value that does not exist")
-            if tag_byte == 0x72:
-                return slots[index], end + 1, False
             target = slots[index]
-            if not isinstance(target, PhpReference):
-                assert where is not None  # R: in the data means where is tracked
+            if tag_byte == 0x72:  # r: the same object again (never a PHP reference)
+                if isinstance(target, PhpReference):
+                    target = target.value
+                if not isinstance(target, (PhpObject, PhpEnum, PhpSerializable)):
+                    raise self.fail(pos, "r: back-reference to something that is not an object")
+                return target, end + 1, False
+            if isinstance(target, PhpReference):
+                return target, end + 1, True
+            box = PhpReference(target)
+            if isinstance(target, (PhpObject, PhpEnum, PhpSerializable)):
+                # PHP writes R: to an object it has seen; boxing the earlier position
+                # is not needed to write the same bytes again (see dumps).
+                slots[index] = box
+                return box, end + 1, True
+            assert where is not None  # R: in the data means positions are tracked
+            open_frame = next((f for f in stack if f[4] == index and f[2] is None), None)
+            if open_frame is not None:  # R: to an array still being filled: box it on close
+                open_frame[5] = box
+            else:
                 holder, at = where[index]
                 if holder is None:
-                    raise self.fail(pos, "reference to the outermost value")
-                target = PhpReference(target)
-                slots[index] = target
-                holder[0][at] = target
-            return target, end + 1, True
+                    raise self.fail(pos, "reference to the outermost array")
+                holder[0][at] = box
+            slots[index] = box
+            return box, end + 1, True
         if tag_byte in b"sia":
             raise self.fail(pos, f"bad {chr(tag_byte)}: value (malformed number or length)")
         if tag_byte in b"Odb":
@@ -466,6 +488,36 @@ _SUPPORTED = (
 )
 
 
+# PHP stores an array key that is a canonical decimal integer string as an int.
+_INT_KEY = re.compile(r"-?[1-9][0-9]{0,18}|0")
+
+
+def _array_key(key: Any) -> Any:
+    """The key PHP's array holds for ``key``: ints stay, "5" becomes 5, text stays text."""
+    if type(key) is str:
+        if key and key[0] in "-0123456789" and _INT_KEY.fullmatch(key):
+            number = int(key)
+            if INT_MIN <= number <= INT_MAX:
+                return number
+        return key
+    if isinstance(key, bytes):
+        try:
+            return _array_key(key.decode("utf-8", "surrogateescape"))
+        except UnicodeDecodeError:  # pragma: no cover - surrogateescape never fails
+            return key
+    return key
+
+
+def _array_items(array: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
+    """A dict's items with keys as PHP's array keeps them; refuses keys PHP would merge."""
+    keys = [_array_key(k) for k in array]
+    if len(set(keys)) != len(keys):
+        raise PhpSerializeError(
+            "two keys of a dict are one key in a PHP array (e.g. 'a' and b'a', or '5' and 5)"
+        )
+    return zip(keys, array.values(), strict=True)
+
+
 def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
     """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`.
 
@@ -473,6 +525,13 @@ def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
     met again as ``r:`` (equal cases: PHP enum cases are singletons), and a
     :class:`PhpReference` met again as ``R:``, numbering values as PHP does.
     """
+    try:
+        return _dumps(value, max_depth)
+    except UnicodeEncodeError as exc:
+        raise PhpSerializeError(f"a string cannot be written as UTF-8: {exc}") from exc
+
+
+def _dumps(value: Any, max_depth: int) -> bytes:
     out: list[bytes] = []
     append = out.append
     slot = 0  # PHP numbers every value written, except R:
@@ -491,10 +550,14 @@ def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
                     raw = key.encode("utf-8", "surrogateescape")
                     append(b's:%d:"%s";' % (len(raw), raw))
                 elif kt is int:
+                    if not INT_MIN <= key <= INT_MAX:
+                        raise PhpSerializeError(f"integer key {key} does not fit PHP's 64-bit int")
                     append(b"i:%d;" % key)
                 elif isinstance(key, bytes):
                     append(b's:%d:"%s";' % (len(key), key))
                 elif isinstance(key, int) and not isinstance(key, bool):
+                    if not INT_MIN <= key <= INT_MAX:
+                        raise PhpSerializeError(f"integer key {key} does not fit PHP's 64-bit int")
                     append(b"i:%d;" % key)
                 else:
                     raise PhpSerializeError(
@@ -522,7 +585,7 @@ def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
                     opened = enumerate(item)
                 elif t is dict:
                     append(b"a:%d:{" % len(item))
-                    opened = iter(item.items())
+                    opened = _array_items(item)
                 elif t is PhpObject:
                     seen = memo.get(id(item))
                     if seen is not None:
@@ -543,14 +606,25 @@ def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
                         raw = f"{item.class_name}:{item.case}".encode("utf-8", "surrogateescape")
                         append(b'E:%d:"%s";' % (len(raw), raw))
                 elif t is PhpReference:
-                    seen = memo.get(id(item))
-                    slot -= 1  # R: takes no number; a first sight numbers the boxed value
+                    inner = item.value
+                    # PHP keys a reference to an object by the object itself.
+                    ref_key = (
+                        id(inner)
+                        if type(inner) in (PhpObject, PhpSerializable)
+                        else ("enum", inner.class_name, inner.case)
+                        if type(inner) is PhpEnum
+                        else id(item)
+                    )
+                    seen = memo.get(ref_key)
                     if seen is not None:
+                        slot -= 1  # R: takes no number
                         append(b"R:%d;" % seen)
                     else:
-                        memo[id(item)] = slot + 1
-                        keep.append(item)
-                        item = item.value
+                        if ref_key == id(item):
+                            memo[ref_key] = slot
+                            keep.append(item)
+                        slot -= 1  # the boxed value takes this number
+                        item = inner
                         continue
                 elif t is PhpSerializable:
                     seen = memo.get(id(item))
