@@ -510,6 +510,15 @@ def _array_key(key: Any) -> Any:
 
 def _array_items(array: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
     """A dict's items with keys as PHP's array keeps them; refuses keys PHP would merge."""
+    for key in array:  # the common case: int keys and str keys that cannot be numbers
+        kind = type(key)
+        if kind is str:
+            if key and key[0] in "-0123456789":
+                break
+        elif kind is not int:
+            break
+    else:
+        return iter(array.items())
     keys = [_array_key(k) for k in array]
     if len(set(keys)) != len(keys):
         raise PhpSerializeError(
