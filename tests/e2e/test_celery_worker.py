@@ -102,9 +102,10 @@ def test_delay_countdown_and_acks_late(
     by_label = {r["label"]: r for r in ran(out_file)}
     assert sorted(by_label) == sorted(["countdown", "late", *(f"plain-{i}" for i in range(5))])
     assert len(ran(out_file)) == 7, "a task ran twice"
-    # Native delay: not run before its countdown (available_at is rounded up), nor much later.
+    # Native delay: never run before its countdown (available_at is rounded up). How soon
+    # after is a matter of load, bounded only by the wait above (no timed assertion).
     delay = by_label["countdown"]["t"] - sent_cd
-    assert 3.0 <= delay < 10, delay
+    assert delay >= 3.0, delay
     assert all(not r["redelivered"] for r in ran(out_file))
     # Every task ran in a pool child, not in the main process.
     assert all(r["pid"] != worker.pid for r in ran(out_file))
