@@ -6,7 +6,7 @@ import base64
 import json
 import os
 import subprocess
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -18,6 +18,7 @@ from laravel_bridge import (
     Encrypter,
     EncryptionKeyError,
     JobCommand,
+    ModelIdentifier,
     Payload,
     PayloadError,
     PhpEnum,
@@ -26,7 +27,7 @@ from laravel_bridge import (
     private,
     protected,
 )
-from laravel_bridge.payload import laravel_json
+from laravel_bridge.payload import date_to_php, laravel_json
 
 INVOICE_LINES = [
     {"sku": "A-1", "qty": 2, "price": 9.5},
@@ -149,8 +150,10 @@ def test_encrypted_command_from_laravel_decrypts(dispatched: dict[str, dict[str,
 
 
 def run_in_php(laravel: Laravel, payload: Payload) -> dict[str, Any]:
+    db = laravel.workdir / "laravel.db"
+    db.touch()
     result: dict[str, Any] = json.loads(
-        laravel.run("run-command", "AES-256-CBC", APP_KEY, stdin=payload.to_json())
+        laravel.run("run-command", "AES-256-CBC", APP_KEY, str(db), stdin=payload.to_json())
     )
     return result
 
@@ -166,7 +169,7 @@ def test_python_built_commands_resolve_in_laravel(laravel: Laravel) -> None:
     seen = run_in_php(laravel, Payload.build(command))
     assert seen["class"] == "App\\Jobs\\ResizeImage"
     assert seen["props"]["path"] == "/img/ü.png"
-    assert seen["props"]["when"] == "2030-01-02 03:04:05.600000 America/New_York"
+    assert seen["props"]["when"] == "Carbon\\Carbon 2030-01-02 03:04:05.600000 America/New_York"
     assert seen["props"]["status"] == "paid" and seen["props"]["queue"] == "images"
 
     secret = JobCommand.build("App\\Jobs\\Secret", {"token": "from python"})
@@ -245,3 +248,40 @@ def test_php_objects_in_commands_keep_their_shape() -> None:
     inner = PhpObject("App\\Models\\Thing", {"id": 1})
     command = JobCommand.build("App\\Jobs\\X", {"a": inner, "b": inner})
     assert dumps(command.obj).count(b"r:") == 1  # the second reference is PHP's r:
+
+
+def test_model_identifiers_and_immutable_dates_both_ways(
+    laravel: Laravel, dispatched: dict[str, dict[str, Any]]
+) -> None:
+    payload = Payload.parse(dispatched["model"]["payload"])
+    props = payload.command().properties
+    assert props["user"] == ModelIdentifier("App\\Jobs\\User", 42, ("posts", "roles"), "sqlite")
+    assert props["since"] == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert payload.command().dumps() == payload.command_text.encode()  # type: ignore[union-attr]
+
+    since = datetime(2026, 6, 7, 8, 9, 10, tzinfo=UTC)
+    command = JobCommand.build(
+        "App\\Jobs\\SyncUser",
+        {
+            "user": ModelIdentifier("App\\Jobs\\User", 7, (), None),
+            "since": date_to_php(since, "Carbon\\CarbonImmutable"),
+        },
+    )
+    seen = run_in_php(laravel, Payload.build(command))["props"]
+    # Laravel restored the model from the database, as a worker would.
+    assert seen["user"] == {"model": "App\\Jobs\\User", "attributes": {"id": 7, "name": "Ada"}}
+    assert seen["since"] == "Carbon\\CarbonImmutable 2026-06-07 08:09:10.000000 UTC"
+
+
+def test_unknown_and_newer_keys_survive_a_round_trip(
+    dispatched: dict[str, dict[str, Any]],
+) -> None:
+    data = json.loads(dispatched["invoice"]["payload"])
+    data["createdAt"] = 1_700_000_000
+    data["data"]["batchId"] = "9a1f-batch"
+    data["tags"] = ["billing", "ü/€"]
+    data["pushedBy"] = {"host": "web-1"}
+    original = laravel_json(data)
+    payload = Payload.parse(original)
+    assert payload.created_at == 1_700_000_000 and payload.batch_id == "9a1f-batch"
+    assert payload.to_json() == original

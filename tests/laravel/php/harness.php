@@ -5,8 +5,9 @@
 //   php harness.php dispatch DB_PATH APP_KEY   → JSON lines {"case": …, "payload": …} of real dispatches
 //   php harness.php encrypt CIPHER KEY TEXT     → Laravel's encryptString(TEXT)
 //   php harness.php decrypt CIPHER KEY TOKEN    → Laravel's decryptString(TOKEN)
-//   php harness.php run-command CIPHER KEY      → reads a payload JSON on stdin, resolves its
-//                                                command as CallQueuedHandler does, prints
+//   php harness.php run-command CIPHER KEY DB  → reads a payload JSON on stdin, resolves its
+//                                                command as CallQueuedHandler does (models
+//                                                restored from DB's users table), prints
 //                                                json_encode of the object's properties
 error_reporting(E_ALL & ~E_DEPRECATED);
 require '/usr/share/php/Illuminate/autoload.php';
@@ -28,8 +29,13 @@ function boot(string $dbPath, string $appKey): array {
     $db = new DB($container);
     $db->addConnection(['driver' => 'sqlite', 'database' => $dbPath]);
     $db->setAsGlobal();
+    $db->bootEloquent();
     $container['db'] = $db->getDatabaseManager();
     $schema = DB::schema();
+    if (! $schema->hasTable('users')) {
+        $schema->create('users', function ($t) { $t->bigIncrements('id'); $t->string('name'); });
+        DB::table('users')->insert(['id' => 7, 'name' => 'Ada']);
+    }
     if (! $schema->hasTable('jobs')) {
         $schema->create('jobs', function ($t) {
             $t->bigIncrements('id'); $t->string('queue')->index(); $t->longText('payload');
@@ -66,7 +72,8 @@ if ($cmd === 'dispatch') {
 } elseif ($cmd === 'decrypt') {
     echo (new Encrypter(key_bytes($argv[3]), $argv[2]))->decryptString($argv[4]);
 } elseif ($cmd === 'run-command') {
-    $container = new Container;
+    boot($argv[4], $argv[3]);
+    $container = Container::getInstance();
     $container->instance(Illuminate\Contracts\Encryption\Encrypter::class,
         new Encrypter(key_bytes($argv[3]), $argv[2]));
     $payload = json_decode(stream_get_contents(STDIN), true);
@@ -79,7 +86,12 @@ if ($cmd === 'dispatch') {
     foreach ((new ReflectionObject($command))->getProperties() as $p) {
         $p->setAccessible(true);
         $v = $p->getValue($command);
-        $props[$p->getName()] = $v instanceof DateTimeInterface ? $v->format('Y-m-d H:i:s.u e') : $v;
+        if ($v instanceof DateTimeInterface) {
+            $v = get_class($v) . ' ' . $v->format('Y-m-d H:i:s.u e');
+        } elseif ($v instanceof Illuminate\Database\Eloquent\Model) {
+            $v = ['model' => get_class($v), 'attributes' => $v->getAttributes()];
+        }
+        $props[$p->getName()] = $v;
     }
     echo json_encode(['class' => get_class($command), 'props' => $props]);
 } else {

@@ -9,6 +9,12 @@ use Illuminate\Foundation\Bus\Dispatchable;
 use Illuminate\Queue\InteractsWithQueue;
 use Illuminate\Queue\SerializesModels;
 
+class User extends \Illuminate\Database\Eloquent\Model
+{
+    protected $table = 'users';
+    public $timestamps = false;
+}
+
 enum Status: string { case Paid = 'paid'; case Open = 'open'; }
 
 class SendInvoice implements ShouldQueue
@@ -44,6 +50,16 @@ class ResizeImage implements ShouldQueue
     public function handle() {}
 }
 
+class SyncUser implements ShouldQueue
+{
+    use Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    // What SerializesModels leaves in place of an Eloquent model.
+    public function __construct(public $user, public \Carbon\CarbonImmutable $since) {}
+
+    public function handle() {}
+}
+
 class Secret implements ShouldQueue, ShouldBeEncrypted
 {
     use Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
@@ -68,5 +84,9 @@ function job_cases(): array
             new SendInvoice(10, 'Next', 2.0, []),
         ]),
         'encrypted' => new Secret('s3cr3t'),
+        'model' => new SyncUser(
+            new \Illuminate\Contracts\Database\ModelIdentifier('App\Jobs\User', 42, ['posts', 'roles'], 'sqlite'),
+            \Carbon\CarbonImmutable::create(2025, 1, 2, 3, 4, 5, 'UTC'),
+        ),
     ];
 }
