@@ -6,15 +6,19 @@ contract-v1 suite against the store, parametrized over every engine;
 ``celery worker`` processes and real process crashes.
 
 Engines: ``ENGINES`` lists the databases the parametrized suites run on. The
-SQLite engine needs only a file; server engines (later) need their server,
-and under ``CI=true`` a missing server fails the test instead of skipping it.
+SQLite engine needs only a file; PostgreSQL and MariaDB tests start a
+throwaway server once per session (``tests/servers.py``) and give each test a
+fresh database on it. Under ``CI=true`` a missing server fails the test
+instead of skipping it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,19 +27,42 @@ import pytest
 from kombu_sqlqueue.store import JobStore, StoreOptions
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import servers  # noqa: E402  (tests/servers.py: throwaway PostgreSQL and MariaDB)
+
 #: Engines the parametrized suites run on.
-ENGINES = ["sqlite"]
+ENGINES = ["sqlite", "postgresql", "mysql"]
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def database_url(engine: str, tmp_path: Path) -> str:
-    """A fresh, empty database of ``engine`` for one test."""
-    if engine == "sqlite":
-        return f"sqlite:///{tmp_path / 'queue.db'}"
-    raise AssertionError(f"unknown engine {engine}")  # pragma: no cover
+_started: dict[str, servers.Server | BaseException] = {}
+
+
+def server_for(engine: str) -> servers.Server:
+    """The session's server for ``engine``, started on first use; fail (CI) or skip if absent."""
+    found = _started.get(engine)
+    if found is None:
+        try:
+            found = servers.STARTERS[engine]()
+        except (servers.ServerUnavailable, OSError, subprocess.SubprocessError) as exc:
+            found = exc
+        _started[engine] = found
+    if isinstance(found, BaseException):
+        message = f"{engine} server unavailable: {found}"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for found in _started.values():
+        if isinstance(found, servers.Server):
+            found.stop()
 
 
 @pytest.fixture(params=ENGINES)
@@ -46,7 +73,10 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def db_url(engine_name: str, tmp_path: Path) -> str:
     """SQLAlchemy URL of an empty database (no ``sqlqueue+`` prefix)."""
-    return database_url(engine_name, tmp_path)
+    if engine_name == "sqlite":
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+    server = server_for(engine_name)
+    return server.create_database(f"t_{uuid.uuid4().hex[:16]}")
 
 
 @pytest.fixture

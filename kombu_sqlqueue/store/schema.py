@@ -60,6 +60,10 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("uuid", sa.String(255), nullable=True),
         # Contract v1 says AUTOINCREMENT: ids are never reused after a delete.
         sqlite_autoincrement=True,
+        # Queue names and tokens are matched exactly: a binary collation on MySQL,
+        # whose default collation would match "Emails" to "emails".
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
     )
     sa.Index(
         CLAIM_INDEX,
@@ -80,5 +84,7 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("attempts", sa.Integer, nullable=False),
         sa.Column("failed_at", sa.BigInteger, nullable=False, server_default=now_default),
         sqlite_autoincrement=True,
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
     )
     return metadata, jobs, failed

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -38,7 +37,6 @@ from ..exceptions import (
     StoreError,
 )
 from .engines import ENGINES, BaseEngine
-from .engines.base import enqueue_many_params
 from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import BUSY_RETRIES, Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
@@ -239,7 +237,7 @@ class JobStore:
         row = self._job_row(job, self.clock())
 
         def work(tx: Tx) -> int:
-            return int(tx.execute(self.engine.job_enqueue, row).lastrowid)
+            return self.engine.insert_job(tx, row)
 
         return self._run(work)
 
@@ -253,16 +251,8 @@ class JobStore:
         def work(tx: Tx) -> list[int]:
             ids: list[int] = []
             for start in range(0, len(rows), ENQUEUE_CHUNK):
-                chunk = rows[start : start + ENQUEUE_CHUNK]
-                n = len(chunk)
-                cursor = tx.execute(
-                    partial(self.engine.job_enqueue_many, n),
-                    enqueue_many_params(chunk),
-                    key=("job_enqueue_many", n),
-                )
-                ids.extend(int(r[0]) for r in cursor.fetchall())
-            # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
-            return sorted(ids)
+                ids.extend(self.engine.insert_jobs(tx, rows[start : start + ENQUEUE_CHUNK]))
+            return ids
 
         return self._run(work)
 
@@ -297,7 +287,7 @@ class JobStore:
 
         def work(tx: Tx) -> ClaimResult:
             # id, queue, payload, priority, available_at, attempts, max_attempts, uuid
-            rows = tx.execute(self.q.job_claim, params).fetchall()
+            rows = self.engine.claim_rows(tx, params)
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             jobs: list[ClaimedJob] = []
             dead = 0
@@ -438,9 +428,8 @@ class JobStore:
         if queue is not None:
             validate_queue_name(queue)
         params = {"queue": queue, "limit": int(limit)}
-        rows = self._run(
-            lambda tx: tx.execute(self.q.dead_letter_list, params).fetchall(), read_only=True
-        )
+        query = self.q.dead_letter_list if queue is None else self.q.dead_letter_list_queue
+        rows = self._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True)
         return [
             DeadLetter(int(i), u, q, bytes(p), e, int(a), int(f)) for i, u, q, p, e, a, f in rows
         ]

@@ -17,6 +17,7 @@ from kombu_sqlqueue.exceptions import (
     ClaimLimitExceeded,
     InvalidQueueName,
     SchemaMismatch,
+    StoreConnectionError,
     StoreError,
 )
 from kombu_sqlqueue.store import MAX_CLAIM, JobStore, NewJob, Receipt, StoreOptions
@@ -70,25 +71,44 @@ def test_tables_and_claim_index_have_contract_names(store: JobStore) -> None:
     assert index["column_names"] == ["queue", "reserved_until", "priority", "available_at", "id"]
 
 
-def test_contract_table_made_by_another_runtime_gains_our_columns(db_url: str) -> None:
-    engine = sa.create_engine(db_url)
-    with engine.begin() as conn:  # contract v1's DDL, verbatim
-        conn.exec_driver_sql(
-            """CREATE TABLE askr_jobs (
-              id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL DEFAULT 'default',
-              payload BLOB NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
-              available_at INTEGER NOT NULL, reserved_until INTEGER,
-              attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 25,
-              created_at INTEGER NOT NULL DEFAULT (unixepoch()))"""
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO askr_jobs (queue, payload, available_at) VALUES ('q', x'01', 0)"
+#: Contract v1's askr_jobs, without this package's additive columns, in each engine's types.
+CONTRACT_DDL = {
+    "sqlite": """CREATE TABLE askr_jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL DEFAULT 'default',
+        payload BLOB NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
+        available_at INTEGER NOT NULL, reserved_until INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 25,
+        created_at INTEGER NOT NULL DEFAULT (unixepoch()))""",
+    "postgresql": """CREATE TABLE askr_jobs (
+        id BIGSERIAL PRIMARY KEY, queue TEXT NOT NULL DEFAULT 'default',
+        payload BYTEA NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
+        available_at BIGINT NOT NULL, reserved_until BIGINT,
+        attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 25,
+        created_at BIGINT NOT NULL DEFAULT 0)""",
+    "mysql": """CREATE TABLE askr_jobs (
+        id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(255) NOT NULL DEFAULT 'default',
+        payload LONGBLOB NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
+        available_at BIGINT NOT NULL, reserved_until BIGINT,
+        attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 25,
+        created_at BIGINT NOT NULL DEFAULT 0) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin""",
+}
+
+
+def test_contract_table_made_by_another_runtime_gains_our_columns(
+    db_url: str, engine_name: str
+) -> None:
+    engine = sa.create_engine(JobStore(db_url).url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(CONTRACT_DDL[engine_name])
+        conn.execute(
+            sa.text("INSERT INTO askr_jobs (queue, payload, available_at) VALUES ('q', :p, 0)"),
+            {"p": b"x"},
         )
     engine.dispose()
     store = JobStore(db_url)
     try:
         claimed = store.claim("q", 1, 30).jobs
-        assert [j.payload for j in claimed] == [b"\x01"]
+        assert [j.payload for j in claimed] == [b"x"]
         assert store.ack(claimed[0].receipt)
     finally:
         store.close()
@@ -432,16 +452,24 @@ def test_bad_queue_names_are_refused_before_any_sql(db_url: str, name: str) -> N
         store.close()
 
 
-def test_driver_errors_are_wrapped(tmp_path: object) -> None:
+def test_driver_errors_are_wrapped(tmp_path: object, engine_name: str) -> None:
     from pathlib import Path
 
-    path = Path(str(tmp_path)) / "garbage.db"
-    path.write_bytes(b"this is not a database" * 100)
-    store = JobStore(f"sqlite:///{path}")
+    from servers import free_port
+
+    if engine_name == "sqlite":
+        path = Path(str(tmp_path)) / "garbage.db"
+        path.write_bytes(b"this is not a database" * 100)
+        url, expected = f"sqlite:///{path}", StoreError
+    else:  # a server that is not there
+        url = f"{engine_name}://nobody@127.0.0.1:{free_port()}/nothing"
+        expected = StoreConnectionError
+    store = JobStore(url)
     try:
-        with pytest.raises(StoreError) as info:
+        with pytest.raises(expected) as info:
             store.size("q")
         assert not isinstance(info.value, sa.exc.SQLAlchemyError)
+        assert info.value.__cause__ is not None  # the driver's error, for the curious
     finally:
         store.close()
 

@@ -9,12 +9,16 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from ..schema import build_metadata
+
+if TYPE_CHECKING:
+    from ..executor import Tx
 
 
 class Queries:
@@ -119,9 +123,13 @@ class Queries:
     dead_letter_list = sa.text(
         """
         SELECT id, uuid, queue, payload, exception, attempts, failed_at
-          FROM askr_failed_jobs
-         WHERE (:queue IS NULL OR queue = :queue)
-         ORDER BY id LIMIT :limit
+          FROM askr_failed_jobs ORDER BY id LIMIT :limit
+        """
+    )
+    dead_letter_list_queue = sa.text(
+        """
+        SELECT id, uuid, queue, payload, exception, attempts, failed_at
+          FROM askr_failed_jobs WHERE queue = :queue ORDER BY id LIMIT :limit
         """
     )
 
@@ -159,6 +167,26 @@ class BaseEngine:
         self.job_enqueue = sa.insert(self.jobs).values(
             {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
         )
+
+    # -- statements that differ by more than their text ---------------------------------
+
+    def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
+        """Insert one job; return its id."""
+        return int(tx.execute(self.job_enqueue, row).lastrowid)
+
+    def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert rows with one multi-row INSERT; return their ids in insertion order."""
+        n = len(rows)
+        cursor = tx.execute(
+            partial(self.job_enqueue_many, n), enqueue_many_params(rows), key=("enqueue_many", n)
+        )
+        # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
+        return sorted(int(r[0]) for r in cursor.fetchall())
+
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
+        """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
+        available_at, attempts, max_attempts, uuid) tuples."""
+        return list(tx.execute(self.queries.job_claim, params).fetchall())
 
     def job_enqueue_many(self, count: int) -> sa.Executable:
         """One multi-row ``INSERT … VALUES (…), (…) RETURNING id`` for ``count`` rows.

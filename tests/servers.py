@@ -1,0 +1,159 @@
+"""Throwaway PostgreSQL and MariaDB servers for the tests and benchmarks.
+
+Each server gets a fresh data directory under a temporary folder and a free
+port on 127.0.0.1, and is stopped (and its directory removed) by ``stop()``.
+Debian's binaries are used (``postgresql``, ``mariadb-server``); as root,
+PostgreSQL runs as the ``postgres`` user (it refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ServerUnavailable(RuntimeError):
+    """The server's binaries are missing or it did not start."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerUnavailable(f"server exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise ServerUnavailable(
+        f"server did not listen on {port} in {timeout}s: {log.read_text()[-2000:]}"
+    )
+
+
+@dataclass
+class Server:
+    """A running throwaway server."""
+
+    engine: str
+    port: int
+    root: Path
+    proc: subprocess.Popen[bytes]
+    admin_url: str
+    databases: list[str] = field(default_factory=list)
+
+    def url(self, database: str) -> str:
+        """SQLAlchemy URL (no driver) of ``database`` on this server."""
+        if self.engine == "postgresql":
+            return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"mysql://root@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """Create an empty database and return its URL."""
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")  # name: [a-z0-9_] from our tests
+        engine.dispose()
+        self.databases.append(name)
+        return self.url(name)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def restart(self) -> None:
+        """Stop the server process and start it again on the same data and port."""
+        args = self.proc.args
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        log = self.root / "server.log"
+        with log.open("ab") as out:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        _wait_port(self.port, self.proc, log)
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+def start_postgresql() -> Server:
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not bins:
+        raise ServerUnavailable("PostgreSQL is not installed (apt-get install postgresql)")
+    bindir = Path(bins[-1]).parent
+    root = Path(tempfile.mkdtemp(prefix="sqlqueue-pg-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    log = root / "server.log"
+    subprocess.run(
+        _as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                      "--auth=trust", "-E", "UTF8", "--no-sync"]),
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    port = free_port()
+    cmd = _as_postgres([
+        str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+        "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
+        "-c", "max_connections=200", "-c", "shared_buffers=128MB",
+    ])  # fmt: skip
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    _wait_port(port, proc, log)
+    time.sleep(0.3)  # accepting TCP slightly before it accepts logins
+    return Server(
+        "postgresql", port, root, proc, f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    )
+
+
+def start_mariadb() -> Server:
+    mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+    install = shutil.which("mariadb-install-db")
+    if not install or not os.path.exists(mariadbd):
+        raise ServerUnavailable("MariaDB is not installed (apt-get install mariadb-server)")
+    root = Path(tempfile.mkdtemp(prefix="sqlqueue-maria-"))
+    data = root / "data"
+    log = root / "server.log"
+    user = ["--user=root"] if os.geteuid() == 0 else []
+    subprocess.run(
+        [install, "--no-defaults", f"--datadir={data}", "--auth-root-authentication-method=normal",
+         "--skip-test-db", *user],
+        check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    port = free_port()
+    cmd = [
+        mariadbd, "--no-defaults", f"--datadir={data}", f"--port={port}",
+        "--bind-address=127.0.0.1", f"--socket={root}/mysqld.sock", f"--pid-file={root}/mysqld.pid",
+        "--skip-grant-tables", "--skip-name-resolve", "--max-connections=300",
+        "--innodb-buffer-pool-size=256M", *user,
+    ]  # fmt: skip
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    _wait_port(port, proc, log)
+    return Server("mysql", port, root, proc, f"mysql+pymysql://root@127.0.0.1:{port}/mysql")
+
+
+STARTERS = {"postgresql": start_postgresql, "mysql": start_mariadb}
