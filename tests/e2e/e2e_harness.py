@@ -168,6 +168,19 @@ def db_path(db_url: str) -> str:
 
 
 def sql(db_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Run one read query on the SQLite file with plain sqlite3."""
-    with contextlib.closing(sqlite3.connect(db_path(db_url), timeout=30)) as conn:
-        return conn.execute(query, params).fetchall()
+    """Run one read query (``?`` placeholders) on the test database, outside the store."""
+    if db_url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(db_path(db_url), timeout=30)) as conn:
+            return conn.execute(query, params).fetchall()
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    from kombu_sqlqueue.store import parse_store_url
+
+    engine = sa.create_engine(parse_store_url(db_url)[1], poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            result = conn.exec_driver_sql(query.replace("?", "%s"), params)
+            return [tuple(r) for r in result]
+    finally:
+        engine.dispose()
