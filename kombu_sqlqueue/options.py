@@ -61,8 +61,12 @@ class TransportOptions:
     visibility_timeout: float = 60.0
     #: Seconds between renewals of held reservations (default: a third of the timeout).
     renew_interval: float | None = None
-    #: Seconds an idle consumer waits between polls of an empty queue.
+    #: Seconds an idle consumer first waits after finding its queues empty; each
+    #: further empty poll doubles the wait up to ``max_polling_interval``.
     polling_interval: float = 0.1
+    #: Longest idle wait between polls. On PostgreSQL an idle consumer LISTENs, so a
+    #: new job wakes it at once whatever this is.
+    max_polling_interval: float = 1.0
     #: Deliveries of a message before the claim dead-letters it instead. The
     #: lower of this (the consumer's) and the row's stamp (the producer's) applies.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -81,6 +85,9 @@ class TransportOptions:
     busy_timeout: float = 30.0
     #: Create the tables on first use.
     create_tables: bool = True
+    #: Seconds to keep reconnecting after the database connection is lost (server
+    #: restart); publishes and acks wait meanwhile. 0: raise at once.
+    reconnect_timeout: float = 60.0
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -96,7 +103,14 @@ class TransportOptions:
                     + f" (known: {', '.join(sorted(known))})"
                 )
         values = {k: v for k, v in raw.items() if k in known}
-        for name in ("visibility_timeout", "polling_interval", "backoff_base", "backoff_cap"):
+        for name in (
+            "visibility_timeout",
+            "polling_interval",
+            "max_polling_interval",
+            "backoff_base",
+            "backoff_cap",
+            "reconnect_timeout",
+        ):
             if name in values:
                 values[name] = _number(name, values[name], minimum=0)
         if values.get("renew_interval") is not None:
@@ -140,6 +154,11 @@ class TransportOptions:
         if options.visibility_timeout < 1:
             raise ConfigurationError(
                 f"visibility_timeout must be >= 1 second, got {options.visibility_timeout!r}"
+            )
+        if options.max_polling_interval < options.polling_interval:
+            raise ConfigurationError(
+                f"max_polling_interval ({options.max_polling_interval}s) must be at least "
+                f"polling_interval ({options.polling_interval}s)"
             )
         if options.renew_interval is not None and (
             options.renew_interval > options.visibility_timeout / 2
@@ -192,4 +211,5 @@ class TransportOptions:
             create_tables=self.create_tables,
             sqlite_synchronous=self.sqlite_synchronous,
             busy_timeout=self.busy_timeout,
+            reconnect_timeout=self.reconnect_timeout,
         )

@@ -24,7 +24,7 @@ Everything after ``sqlqueue+`` is an SQLAlchemy URL.
 Transport Options
 =================
 See :class:`kombu_sqlqueue.options.TransportOptions` (and ``docs/configuration.md``):
-``visibility_timeout``, ``renew_interval``, ``polling_interval``,
+``visibility_timeout``, ``renew_interval``, ``polling_interval``, ``max_polling_interval``,
 ``max_attempts``, ``backoff_base``, ``backoff_cap``, ``queue_options``,
 ``priority_order``, ``claim_batch_size``, ``sqlite_synchronous``,
 ``busy_timeout``, ``create_tables``.
@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from queue import Empty
+from time import monotonic
 from typing import Any
 
 import sqlalchemy
@@ -266,6 +267,39 @@ class Transport(virtual.Transport):
         self.store = JobStore(str(url), self.options.store_options())
         self.held = HeldDeliveries()
         self.renewer = Renewer(self.store, self.held, self.options)
+        self._idle_rounds = 0
+
+    # kombu's two base classes declare this differently; we match the virtual one.
+    def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]
+        """Deliver what is ready; when idle, wait with back-off (or a PostgreSQL wake-up).
+
+        Kombu's base sleeps ``polling_interval`` between empty polls. Here the
+        wait doubles while the queues stay empty, up to ``max_polling_interval``,
+        and resets once a message arrives; on PostgreSQL the wait ends as soon
+        as an enqueue NOTIFYs.
+        """
+        started = monotonic()
+        cycle = self.cycle
+        assert cycle is not None  # set by virtual.Transport.__init__
+        while True:
+            try:
+                cycle.get(self._deliver, timeout=timeout)
+            except Empty:
+                elapsed = monotonic() - started
+                if timeout is not None and elapsed >= timeout:
+                    raise TimeoutError() from None
+                wait = min(
+                    self.options.polling_interval * 2**self._idle_rounds,
+                    self.options.max_polling_interval,
+                )
+                if timeout is not None:
+                    wait = min(wait, timeout - elapsed)
+                self._idle_rounds = min(self._idle_rounds + 1, 32)
+                if self.store.wait_for_jobs(wait):
+                    self._idle_rounds = 0
+            else:
+                self._idle_rounds = 0
+                return
 
     def establish_connection(self) -> Any:
         """Open the database now (creating the tables if needed), so a bad URL fails here."""

@@ -80,6 +80,14 @@ def db_url(engine_name: str, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def db_server(engine_name: str) -> servers.Server:
+    """The session's server for a server engine (tests needing one skip SQLite)."""
+    if engine_name == "sqlite":
+        pytest.skip("SQLite has no server")
+    return server_for(engine_name)
+
+
+@pytest.fixture
 def broker_url(db_url: str) -> str:
     """Kombu/Celery broker URL for the same database."""
     return f"sqlqueue+{db_url}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -72,31 +73,33 @@ class Server:
         self.databases.append(name)
         return self.url(name)
 
-    def stop(self) -> None:
+    user: str | None = None
+
+    def _shutdown(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            # PostgreSQL: SIGINT is a fast shutdown (SIGTERM waits for clients).
+            self.proc.send_signal(signal.SIGINT if self.engine == "postgresql" else signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self._shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def restart(self) -> None:
-        """Stop the server process and start it again on the same data and port."""
+        """Stop the server (fast shutdown) and start it again on the same data and port."""
         args = self.proc.args
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        self._shutdown()
         log = self.root / "server.log"
         with log.open("ab") as out:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, user=self.user, group=self.user
+            )
         _wait_port(self.port, self.proc, log)
-
-
-def _as_postgres(cmd: list[str]) -> list[str]:
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *cmd]
-    return cmd
+        time.sleep(0.3)
 
 
 def start_postgresql() -> Server:
@@ -109,24 +112,25 @@ def start_postgresql() -> Server:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
     log = root / "server.log"
+    # As root, run as the postgres user (PostgreSQL refuses root), with no wrapper process.
+    user = "postgres" if os.geteuid() == 0 else None
     subprocess.run(
-        _as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                      "--auth=trust", "-E", "UTF8", "--no-sync"]),
-        check=True, capture_output=True, timeout=120,
+        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+         "--auth=trust", "-E", "UTF8", "--no-sync"],
+        check=True, capture_output=True, timeout=120, user=user, group=user,
     )  # fmt: skip
     port = free_port()
-    cmd = _as_postgres([
+    cmd = [
         str(bindir / "postgres"), "-D", str(data), "-p", str(port),
         "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
         "-c", "max_connections=200", "-c", "shared_buffers=128MB",
-    ])  # fmt: skip
+    ]  # fmt: skip
     with log.open("ab") as out:  # the child keeps its own descriptor
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, user=user, group=user)
     _wait_port(port, proc, log)
     time.sleep(0.3)  # accepting TCP slightly before it accepts logins
-    return Server(
-        "postgresql", port, root, proc, f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    )
+    admin = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    return Server("postgresql", port, root, proc, admin, user=user)
 
 
 def start_mariadb() -> Server:

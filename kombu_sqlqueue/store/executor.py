@@ -104,8 +104,12 @@ class Executor:
     SQLAlchemy's pool) and gives it back afterwards.
     """
 
-    def __init__(self, engine: BaseEngine, db: sa.Engine, describe: str) -> None:
+    def __init__(
+        self, engine: BaseEngine, db: sa.Engine, describe: str, reconnect_timeout: float = 60.0
+    ) -> None:
         self.engine = engine
+        self.reconnect_timeout = reconnect_timeout
+        self._connected_once = False
         self.db = db
         self.dialect = db.dialect
         self._describe = describe
@@ -177,16 +181,47 @@ class Executor:
         return StoreError(f"database error on {self._describe}: {exc}")
 
     def run(self, work: Callable[[Tx], T], *, write: bool = True) -> T:
-        """Run ``work`` in one transaction, retrying it when the database is busy."""
-        for attempt in range(BUSY_RETRIES + 1):
+        """Run ``work`` in one transaction.
+
+        Retried when the database is busy (a bounded number of times), and when
+        a connection that used to work is lost (a server restart, a failover):
+        then for up to ``reconnect_timeout`` seconds, with back-off. A lost
+        connection during COMMIT leaves the outcome unknown, so a retried
+        enqueue may store a job twice — at-least-once, like any broker.
+        """
+        busy = 0
+        reconnect_deadline: float | None = None
+        pause = 0.1
+        while True:
             try:
-                return self._run_once(work, write)
+                result = self._run_once(work, write)
+                self._connected_once = True
+                return result
             except StoreBusyError:
-                if attempt == BUSY_RETRIES:
+                if busy == BUSY_RETRIES:
                     raise
-                logger.warning("database busy; retrying (%d of %d)", attempt + 1, BUSY_RETRIES)
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+                busy += 1
+                logger.warning("database busy; retrying (%d of %d)", busy, BUSY_RETRIES)
+                time.sleep(min(0.05 * 2 ** (busy - 1), 1.0))
+            except StoreConnectionError as exc:
+                if not self._connected_once or self.reconnect_timeout <= 0:
+                    raise
+                now = time.monotonic()
+                if reconnect_deadline is None:
+                    reconnect_deadline = now + self.reconnect_timeout
+                    logger.warning("database connection lost (%s); reconnecting", exc)
+                if now >= reconnect_deadline:
+                    raise
+                self._drop_idle()
+                time.sleep(min(pause, reconnect_deadline - now))
+                pause = min(pause * 2, 2.0)
+
+    def _drop_idle(self) -> None:
+        """Forget idle connections: after one was lost, the rest likely were too."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            self._discard(conn)
 
     def _run_once(self, work: Callable[[Tx], T], write: bool) -> T:
         with self._wrapped():

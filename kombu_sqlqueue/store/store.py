@@ -37,6 +37,7 @@ from ..exceptions import (
     StoreError,
 )
 from .engines import ENGINES, BaseEngine
+from .engines.base import Listener
 from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import BUSY_RETRIES, Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
@@ -63,6 +64,8 @@ class StoreOptions:
     sqlite_synchronous: str = "NORMAL"
     #: Seconds a writer waits for another writer's lock before retrying.
     busy_timeout: float = 30.0
+    #: Seconds to keep reconnecting after a working connection is lost (server restart).
+    reconnect_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if str(self.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
@@ -120,11 +123,18 @@ class JobStore:
                 f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
             ) from exc
         self._db = db
-        self._exec = Executor(self.engine, db, sa_url.render_as_string(hide_password=True))
+        self._exec = Executor(
+            self.engine,
+            db,
+            sa_url.render_as_string(hide_password=True),
+            reconnect_timeout=self.options.reconnect_timeout,
+        )
         #: Unix-seconds clock; every operation reads it once. Tests may replace it.
         self.clock: Callable[[], float] = time.time
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        self._listener: Listener | None = None
+        self._listener_tried = False
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -169,6 +179,7 @@ class JobStore:
         for attempt in range(BUSY_RETRIES + 1):
             try:
                 with self._sa_errors(), self._db.begin() as conn:
+                    self.engine.lock_schema(conn)
                     self.engine.metadata.create_all(conn, checkfirst=True)
                     self._add_missing_columns(conn)
                 break
@@ -444,6 +455,24 @@ class JobStore:
 
         return self._run(work, read_only=True)
 
+    def wait_for_jobs(self, seconds: float) -> bool:
+        """Idle wait: up to ``seconds``, returning early (True) when a job is enqueued.
+
+        PostgreSQL wakes on NOTIFY; other engines just sleep (they are polled).
+        """
+        if seconds <= 0:
+            return False
+        if self._listener is None and not self._listener_tried:
+            self._listener_tried = True
+            self._listener = self.engine.listener(self.url)
+        if self._listener is not None:
+            return self._listener.wait(seconds)
+        time.sleep(seconds)
+        return False
+
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (and the wake-up listener)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         self._exec.close()

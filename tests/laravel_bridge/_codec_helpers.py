@@ -91,7 +91,7 @@ def _text(value: bytes | str) -> bytes | str:
     return value
 
 
-def _php_array_key(key: Any) -> Any:
+def php_array_key(key: Any) -> Any:
     """The key ``loads`` gives back for a dict key ``dumps`` wrote into a PHP array."""
     raw = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogateescape")
     if isinstance(key, int) and not isinstance(key, bool):
@@ -113,7 +113,7 @@ def normalize(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [normalize(item) for item in value]
     if isinstance(value, dict):
-        out = {_php_array_key(k): normalize(v) for k, v in value.items()}
+        out = {php_array_key(k): normalize(v) for k, v in value.items()}
         if list(out) == list(range(len(out))):
             return list(out.values())
         return out

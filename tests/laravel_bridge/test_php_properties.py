@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from _codec_helpers import check_in_php, has_nan, normalize
+from _codec_helpers import check_in_php, has_nan, normalize, php_array_key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,7 +57,10 @@ def values(*, php_safe: bool) -> st.SearchStrategy[Any]:
         return st.one_of(
             st.lists(children, max_size=5),
             st.lists(children, max_size=3).map(tuple),
-            st.dictionaries(keys, children, max_size=5),
+            # Keys PHP would merge (0 and "0") are refused by dumps; see the regressions.
+            st.dictionaries(keys, children, max_size=5).filter(
+                lambda d: len({php_array_key(k) for k in d}) == len(d)
+            ),
             st.builds(PhpObject, CLASS, st.dictionaries(obj_key, children, max_size=4)),
         )
 

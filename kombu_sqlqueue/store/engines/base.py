@@ -21,6 +21,17 @@ if TYPE_CHECKING:
     from ..executor import Tx
 
 
+class Listener:
+    """Waits for "a job became ready" signals (PostgreSQL LISTEN/NOTIFY)."""
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds``; True if woken by a signal, False on timeout."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the listening connection."""
+
+
 class Queries:
     """Named SQL statements. An engine subclasses this and overrides what differs."""
 
@@ -197,6 +208,13 @@ class BaseEngine:
             {c: sa.bindparam(f"{c}_{i}") for c in ENQUEUE_COLUMNS} for i in range(count)
         ]
         return sa.insert(self.jobs).values(rows).returning(self.jobs.c.id)
+
+    def lock_schema(self, conn: sa.Connection) -> None:
+        """Serialize schema creation between processes (inside its transaction)."""
+
+    def listener(self, url: URL) -> Listener | None:
+        """A wake-up channel for idle consumers, or None: this engine is polled."""
+        return None
 
     def normalize_url(self, url: URL) -> URL:
         """Fill in the default driver and check what this engine cannot use."""

@@ -75,6 +75,11 @@ class MySQLEngine(BaseEngine):
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
         return sa.create_engine(url, pool_size=4, max_overflow=-1)
 
+    def lock_schema(self, conn: sa.Connection) -> None:
+        # DDL commits implicitly in MySQL, so a session lock (freed at disconnect)
+        # keeps two processes from creating the tables at once.
+        conn.exec_driver_sql("SELECT GET_LOCK('askr_jobs_schema', 60)")
+
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
         q = self.queries
         assert isinstance(q, type) and issubclass(q, MySQLQueries)

@@ -8,22 +8,35 @@ Overrides, each for a reason:
   ready predicate are CTEs;
 * enqueue uses ``RETURNING id``: psycopg has no ``lastrowid``;
 * the dead-letter copy casts its parameters: in a ``SELECT`` list PostgreSQL
-  cannot infer a parameter's type.
+  cannot infer a parameter's type;
+* wake-ups: an enqueue of a ready job sends ``NOTIFY askr_jobs, '<queue>'`` in
+  its transaction (delivered at commit), and idle consumers ``LISTEN`` on a
+  connection of their own, so a new job reaches them in milliseconds instead
+  of a polling interval. Polling stays the fallback.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.engine import URL
 
-from .base import BaseEngine, Queries
+from .base import BaseEngine, Listener, Queries
+
+logger = logging.getLogger(__name__)
+
+#: The NOTIFY channel; the payload is the queue name.
+CHANNEL = "askr_jobs"
 
 if TYPE_CHECKING:
     from ..executor import Tx
 
 
 class PostgreSQLQueries(Queries):
+    job_notify = sa.text("SELECT pg_notify('askr_jobs', :queue)")
     job_claim = sa.text(
         """
         WITH fresh AS (
@@ -69,7 +82,23 @@ class PostgreSQLEngine(BaseEngine):
         self.job_enqueue_returning = self.job_enqueue.returning(self.jobs.c.id)
 
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
-        return int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
+        job_id = int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
+        if row["available_at"] <= row["created_at"]:
+            tx.execute(PostgreSQLQueries.job_notify, {"queue": row["queue"]})
+        return job_id
+
+    def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
+        ids = super().insert_jobs(tx, rows)
+        for queue in {r["queue"] for r in rows if r["available_at"] <= r["created_at"]}:
+            tx.execute(PostgreSQLQueries.job_notify, {"queue": queue})
+        return ids
+
+    def lock_schema(self, conn: sa.Connection) -> None:
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on the row type's name.
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7317501)")
+
+    def listener(self, url: URL) -> Listener | None:
+        return PgListener(url)
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
         return sa.create_engine(url, pool_size=4, max_overflow=-1, pool_pre_ping=False)
@@ -82,3 +111,49 @@ class PostgreSQLEngine(BaseEngine):
         import psycopg
 
         return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+class PgListener(Listener):
+    """A dedicated autocommit connection that LISTENs on :data:`CHANNEL`."""
+
+    def __init__(self, url: URL) -> None:
+        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conn: Any = None
+        self._lost = False
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        conn = psycopg.connect(self._conninfo, autocommit=True)
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def wait(self, seconds: float) -> bool:
+        import psycopg
+
+        started = time.monotonic()
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+                if self._lost:
+                    logger.warning("LISTEN connection is back; wake-ups resumed")
+                    self._lost = False
+            for _notice in self._conn.notifies(timeout=seconds, stop_after=1):
+                return True
+            return False
+        except psycopg.Error as exc:
+            # Lost the listening connection (server restart…): poll until it is back.
+            if not self._lost:
+                logger.warning("LISTEN connection lost (%s); polling until it reconnects", exc)
+                self._lost = True
+            self.close()
+            time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+            return False
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken
+                logger.debug("closing the LISTEN connection failed", exc_info=True)

@@ -1,0 +1,118 @@
+"""Server-engine behaviour: PostgreSQL wake-ups, surviving a server restart."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+
+from kombu_sqlqueue.store import JobStore
+
+QUEUE = Queue("work", Exchange("work", "direct"), "work")
+
+
+@pytest.mark.timeout(60)
+def test_idle_postgresql_consumer_is_woken_by_notify(
+    engine_name: str, broker_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if engine_name != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    # Polling so slow that only the NOTIFY path can deliver within the test.
+    slow = {"polling_interval": 30, "max_polling_interval": 30}
+    got: list[float] = []
+    ready = threading.Event()
+    stop = threading.Event()
+
+    def consume() -> None:
+        with Connection(broker_url, transport_options=slow) as conn:
+
+            def on_message(body: Any, message: Message) -> None:
+                got.append(time.monotonic())
+                message.ack()
+
+            with Consumer(conn, [QUEUE], callbacks=[on_message]):
+                ready.set()
+                while not stop.is_set() and not got:
+                    with contextlib.suppress(TimeoutError):
+                        conn.drain_events(timeout=35)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    try:
+        assert ready.wait(10)
+        time.sleep(1.0)  # the consumer found nothing and now waits (LISTEN)
+        with Connection(broker_url) as producer_conn:
+            Producer(producer_conn.channel()).publish(
+                {"hi": 1}, exchange=QUEUE.exchange, routing_key="work", declare=[QUEUE]
+            )
+            sent = time.monotonic()
+        consumer.join(10)  # a 30 s poll would miss this; the wake-up does not
+        assert got, "the idle consumer was not woken by NOTIFY"
+        logging.getLogger(__name__).info("wake-up latency %.1f ms", (got[0] - sent) * 1000)
+    finally:
+        stop.set()
+        consumer.join(40)
+
+
+@pytest.mark.timeout(180)
+def test_producer_and_consumer_survive_a_server_restart(
+    db_server: Any, broker_url: str, db_url: str
+) -> None:
+    total = 300
+    sent: list[int] = []
+    received: list[int] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def produce() -> None:
+        try:
+            with Connection(broker_url) as conn:
+                producer = Producer(conn.channel())
+                for i in range(total):
+                    producer.publish(
+                        {"i": i}, exchange=QUEUE.exchange, routing_key="work", declare=[QUEUE]
+                    )
+                    sent.append(i)
+                    time.sleep(0.01)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def consume() -> None:
+        try:
+            # A claim whose reply the restart cut off lapses after the visibility timeout.
+            with Connection(broker_url, transport_options={"visibility_timeout": 5}) as conn:
+
+                def on_message(body: Any, message: Message) -> None:
+                    received.append(body["i"])
+                    message.ack()
+
+                with Consumer(conn, [QUEUE], callbacks=[on_message], prefetch_count=10):
+                    deadline = time.monotonic() + 150
+                    while len(set(received)) < total and time.monotonic() < deadline:
+                        with contextlib.suppress(TimeoutError):
+                            conn.drain_events(timeout=1)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    while len(received) < total // 3 and not done.is_set():
+        time.sleep(0.05)
+    db_server.restart()  # every connection of both sides breaks here
+    for t in threads:
+        t.join(170)
+    assert not errors, errors
+    assert sorted(set(received)) == list(range(total))  # nothing lost
+    store = JobStore(db_url)
+    try:
+        assert store.backlog("work").total == 0  # every delivery acked
+    finally:
+        store.close()
