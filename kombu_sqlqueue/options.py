@@ -81,6 +81,8 @@ class TransportOptions:
     claim_batch_size: int = 32
     #: SQLite durability: ``NORMAL`` (default) or ``FULL``.
     sqlite_synchronous: str = "NORMAL"
+    #: PostgreSQL ``synchronous_commit`` for the queue's writes (None: the server's).
+    synchronous_commit: str | None = None
     #: Seconds a writer waits on a locked SQLite database before retrying.
     busy_timeout: float = 30.0
     #: Create the tables on first use.
@@ -212,4 +214,5 @@ class TransportOptions:
             sqlite_synchronous=self.sqlite_synchronous,
             busy_timeout=self.busy_timeout,
             reconnect_timeout=self.reconnect_timeout,
+            synchronous_commit=self.synchronous_commit,
         )

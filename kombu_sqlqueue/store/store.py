@@ -38,6 +38,7 @@ from ..exceptions import (
 )
 from .engines import ENGINES, BaseEngine
 from .engines.base import Listener
+from .engines.postgresql import SYNCHRONOUS_COMMIT_MODES
 from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import BUSY_RETRIES, Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
@@ -66,12 +67,22 @@ class StoreOptions:
     busy_timeout: float = 30.0
     #: Seconds to keep reconnecting after a working connection is lost (server restart).
     reconnect_timeout: float = 60.0
+    #: PostgreSQL ``synchronous_commit`` for the queue's own connections (None: the
+    #: server's setting); see docs/engines.md.
+    synchronous_commit: str | None = None
 
     def __post_init__(self) -> None:
         if str(self.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
             raise ConfigurationError(
                 f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
                 f"got {self.sqlite_synchronous!r}"
+            )
+        if self.synchronous_commit is not None and self.synchronous_commit not in (
+            SYNCHRONOUS_COMMIT_MODES
+        ):
+            raise ConfigurationError(
+                f"synchronous_commit must be one of {', '.join(SYNCHRONOUS_COMMIT_MODES)}, "
+                f"got {self.synchronous_commit!r}"
             )
         if self.busy_timeout <= 0:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")

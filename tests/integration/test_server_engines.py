@@ -116,3 +116,21 @@ def test_producer_and_consumer_survive_a_server_restart(
         assert store.backlog("work").total == 0  # every delivery acked
     finally:
         store.close()
+
+
+def test_synchronous_commit_applies_to_the_queues_connections(
+    engine_name: str, db_url: str
+) -> None:
+    if engine_name != "postgresql":
+        pytest.skip("synchronous_commit is PostgreSQL's")
+    from kombu_sqlqueue.store import StoreOptions
+
+    for mode in ("off", None):
+        store = JobStore(db_url, StoreOptions(synchronous_commit=mode))
+        try:
+            seen = store._exec.run(
+                lambda tx: tx.cursor.execute("SHOW synchronous_commit").fetchone()[0]
+            )
+            assert seen == (mode or "on")  # None: the server's default, "on"
+        finally:
+            store.close()

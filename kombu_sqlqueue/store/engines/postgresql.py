@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 #: The NOTIFY channel; the payload is the queue name.
 CHANNEL = "askr_jobs"
+#: Values PostgreSQL accepts for ``synchronous_commit``.
+SYNCHRONOUS_COMMIT_MODES = ("on", "off", "local", "remote_write", "remote_apply")
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -101,7 +103,18 @@ class PostgreSQLEngine(BaseEngine):
         return PgListener(url)
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
-        return sa.create_engine(url, pool_size=4, max_overflow=-1, pool_pre_ping=False)
+        engine = sa.create_engine(url, pool_size=4, max_overflow=-1, pool_pre_ping=False)
+        mode = getattr(options, "synchronous_commit", None)
+        if mode is not None:
+            # Per connection, so only the queue's own writes trade durability for speed.
+            @sa.event.listens_for(engine, "connect")
+            def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+                was = dbapi_conn.autocommit
+                dbapi_conn.autocommit = True
+                dbapi_conn.execute(f"SET synchronous_commit = {mode}")  # a checked constant
+                dbapi_conn.autocommit = was
+
+        return engine
 
     def is_busy_error(self, exc: BaseException) -> bool:
         # deadlock_detected, lock_not_available, serialization_failure: try again.
