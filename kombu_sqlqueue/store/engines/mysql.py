@@ -115,6 +115,5 @@ class MySQLEngine(BaseEngine):
         return code in (1205, 1213)  # lock wait timeout, deadlock
 
     def is_connection_error(self, exc: BaseException) -> bool:
-        import pymysql
-
-        return isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError))
+        # By name: PyMySQL and mysqlclient (MySQLdb) raise same-named classes.
+        return type(exc).__name__ in ("OperationalError", "InterfaceError")
