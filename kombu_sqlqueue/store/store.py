@@ -189,8 +189,11 @@ class JobStore:
         """
         for attempt in range(BUSY_RETRIES + 1):
             try:
-                with self._sa_errors(), self._db.begin() as conn:
-                    self.engine.lock_schema(conn)
+                with (
+                    self._sa_errors(),
+                    self._db.begin() as conn,
+                    self.engine.schema_lock(conn),
+                ):
                     self.engine.metadata.create_all(conn, checkfirst=True)
                     self._add_missing_columns(conn)
                 break

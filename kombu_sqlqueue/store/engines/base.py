@@ -9,6 +9,8 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -209,8 +211,10 @@ class BaseEngine:
         ]
         return sa.insert(self.jobs).values(rows).returning(self.jobs.c.id)
 
-    def lock_schema(self, conn: sa.Connection) -> None:
+    @contextmanager
+    def schema_lock(self, conn: sa.Connection) -> Iterator[None]:
         """Serialize schema creation between processes (inside its transaction)."""
+        yield
 
     def listener(self, url: URL) -> Listener | None:
         """A wake-up channel for idle consumers, or None: this engine is polled."""

@@ -14,6 +14,8 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -75,10 +77,15 @@ class MySQLEngine(BaseEngine):
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
         return sa.create_engine(url, pool_size=4, max_overflow=-1)
 
-    def lock_schema(self, conn: sa.Connection) -> None:
-        # DDL commits implicitly in MySQL, so a session lock (freed at disconnect)
-        # keeps two processes from creating the tables at once.
+    @contextmanager
+    def schema_lock(self, conn: sa.Connection) -> Iterator[None]:
+        # DDL commits implicitly in MySQL, so a named session lock (not a transaction)
+        # keeps two processes from creating the tables at once; released right after.
         conn.exec_driver_sql("SELECT GET_LOCK('askr_jobs_schema', 60)")
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("SELECT RELEASE_LOCK('askr_jobs_schema')")
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
         q = self.queries

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
@@ -95,9 +97,12 @@ class PostgreSQLEngine(BaseEngine):
             tx.execute(PostgreSQLQueries.job_notify, {"queue": queue})
         return ids
 
-    def lock_schema(self, conn: sa.Connection) -> None:
-        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on the row type's name.
+    @contextmanager
+    def schema_lock(self, conn: sa.Connection) -> Iterator[None]:
+        # Concurrent CREATE TABLE IF NOT EXISTS can still collide on the row type's
+        # name; a transaction-scoped advisory lock serializes them (freed at commit).
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7317501)")
+        yield
 
     def listener(self, url: URL) -> Listener | None:
         return PgListener(url)

@@ -44,6 +44,7 @@ def main() -> int:
     p.add_argument("--ack-file")
     p.add_argument("--out")
     p.add_argument("--stop-file")
+    p.add_argument("--start-file", help="after 'ready', wait for this file before consuming")
     p.add_argument("--idle-exit", type=float, default=30.0)
     args = p.parse_args()
 
@@ -85,6 +86,10 @@ def main() -> int:
                 conn, [queue], callbacks=[on_message], accept=["json"], prefetch_count=args.prefetch
             ):
                 emit("ready")
+                if args.start_file:  # so that every consumer competes from the start
+                    gate = time.monotonic() + 60
+                    while not os.path.exists(args.start_file) and time.monotonic() < gate:
+                        time.sleep(0.02)
                 last = time.monotonic()
                 while True:
                     try:
