@@ -201,7 +201,10 @@ class Executor:
                 if busy == BUSY_RETRIES:
                     raise
                 busy += 1
-                logger.warning("database busy; retrying (%d of %d)", busy, BUSY_RETRIES)
+                # Routine under contention (a MySQL deadlock, a lock wait): not worth a warning
+                # until it keeps happening.
+                level = logging.WARNING if busy >= 3 else logging.DEBUG
+                logger.log(level, "database busy; retrying (%d of %d)", busy, BUSY_RETRIES)
                 time.sleep(min(0.05 * 2 ** (busy - 1), 1.0))
             except StoreConnectionError as exc:
                 if not self._connected_once or self.reconnect_timeout <= 0:

@@ -5,7 +5,11 @@ Overrides, each for a reason:
 * the claim locks the rows it considers with ``SKIP LOCKED``, so concurrent
   claimers pass each other instead of queueing on one row; PostgreSQL refuses
   ``FOR UPDATE`` inside a ``UNION``, so the two index-ordered halves of the
-  ready predicate are CTEs;
+  ready predicate are CTEs. The never-reserved half orders by
+  ``reserved_until`` first (all NULL there, so the order is unchanged): without
+  it PostgreSQL does not see that the claim index already gives that order and
+  sorts the whole queue (109 ms per claim at 100 000 waiting; 0.5 ms with it);
+* an enqueue and its NOTIFY are one statement (one round trip fewer);
 * enqueue uses ``RETURNING id``: psycopg has no ``lastrowid``;
 * the dead-letter copy casts its parameters: in a ``SELECT`` list PostgreSQL
   cannot infer a parameter's type;
@@ -41,12 +45,22 @@ if TYPE_CHECKING:
 
 class PostgreSQLQueries(Queries):
     job_notify = sa.text("SELECT pg_notify('askr_jobs', :queue)")
+    job_enqueue_notify = sa.text(
+        """
+        WITH ins AS (
+            INSERT INTO askr_jobs
+                   (queue, payload, priority, available_at, max_attempts, created_at, uuid)
+            VALUES (:queue, :payload, :priority, :available_at, :max_attempts, :created_at, :uuid)
+            RETURNING id)
+        SELECT id, pg_notify('askr_jobs', CAST(:queue AS TEXT)) FROM ins
+        """
+    )
     job_claim = sa.text(
         """
         WITH fresh AS (
                  SELECT id, priority, available_at FROM askr_jobs
                   WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
-                  ORDER BY priority DESC, available_at, id
+                  ORDER BY reserved_until, priority DESC, available_at, id
                   LIMIT :n FOR UPDATE SKIP LOCKED),
              lapsed AS (
                  SELECT id, priority, available_at FROM askr_jobs
@@ -86,10 +100,9 @@ class PostgreSQLEngine(BaseEngine):
         self.job_enqueue_returning = self.job_enqueue.returning(self.jobs.c.id)
 
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
-        job_id = int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
-        if row["available_at"] <= row["created_at"]:
-            tx.execute(PostgreSQLQueries.job_notify, {"queue": row["queue"]})
-        return job_id
+        if row["available_at"] <= row["created_at"]:  # ready now: wake idle consumers
+            return int(tx.execute(PostgreSQLQueries.job_enqueue_notify, row).fetchone()[0])
+        return int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         ids = super().insert_jobs(tx, rows)
