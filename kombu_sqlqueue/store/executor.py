@@ -146,6 +146,7 @@ class Executor:
             if self._idle:
                 return self._idle.pop()
         fairy = self.db.raw_connection()
+        self.engine.prepare_connection(fairy)
         return fairy, fairy.cursor()
 
     def _checkin(self, conn: tuple[Any, Any]) -> None:
@@ -180,10 +181,12 @@ class Executor:
             return StoreConnectionError(f"database {self._describe} connection failed: {exc}")
         return StoreError(f"database error on {self._describe}: {exc}")
 
-    def run(self, work: Callable[[Tx], T], *, write: bool = True) -> T:
+    def run(self, work: Callable[[Tx], T], *, write: bool = True, single: bool = False) -> T:
         """Run ``work`` in one transaction.
 
-        Retried when the database is busy (a bounded number of times), and when
+        ``single`` says ``work`` is one statement, which server engines run
+        without BEGIN/COMMIT round trips. Retried when the database is busy
+        (a bounded number of times), and when
         a connection that used to work is lost (a server restart, a failover):
         then for up to ``reconnect_timeout`` seconds, with back-off. A lost
         connection during COMMIT leaves the outcome unknown, so a retried
@@ -194,7 +197,7 @@ class Executor:
         pause = 0.1
         while True:
             try:
-                result = self._run_once(work, write)
+                result = self._run_once(work, write, single)
                 self._connected_once = True
                 return result
             except StoreBusyError:
@@ -226,18 +229,18 @@ class Executor:
         for conn in idle:
             self._discard(conn)
 
-    def _run_once(self, work: Callable[[Tx], T], write: bool) -> T:
+    def _run_once(self, work: Callable[[Tx], T], write: bool, single: bool) -> T:
         with self._wrapped():
             conn = self._checkout()
         fairy, cursor = conn
         try:
             with self._wrapped():
-                self.engine.begin(fairy, cursor, write)
+                self.engine.begin(fairy, cursor, write, single)
                 try:
                     result = work(Tx(self, cursor))
-                    self.engine.commit(fairy, cursor)
+                    self.engine.commit(fairy, cursor, single)
                 except BaseException:
-                    self._rollback_quietly(fairy, cursor)
+                    self._rollback_quietly(fairy, cursor, single)
                     raise
         except StoreError as exc:
             if isinstance(exc, StoreConnectionError) and not isinstance(exc, StoreBusyError):
@@ -251,9 +254,9 @@ class Executor:
         self._checkin(conn)
         return result
 
-    def _rollback_quietly(self, fairy: Any, cursor: Any) -> None:
+    def _rollback_quietly(self, fairy: Any, cursor: Any, single: bool) -> None:
         try:
-            self.engine.rollback(fairy, cursor)
+            self.engine.rollback(fairy, cursor, single)
         except Exception:  # the connection may be gone; the error that got us here matters
             logger.debug("rollback failed", exc_info=True)
 

@@ -149,11 +149,14 @@ class JobStore:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _run(self, work: Callable[[Tx], T], *, read_only: bool = False) -> T:
-        """Run ``work`` in one transaction (creating the tables first if needed)."""
+    def _run(self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False) -> T:
+        """Run ``work`` in one transaction (creating the tables first if needed).
+
+        ``single``: ``work`` runs exactly one statement (see ``ServerEngine``).
+        """
         if not self._schema_ready:
             self._ensure_schema()
-        return self._exec.run(work, write=not read_only)
+        return self._exec.run(work, write=not read_only, single=single)
 
     def ensure_ready(self) -> None:
         """Connect, and create (or, with ``create_tables=False``, verify) the tables once."""
@@ -264,7 +267,7 @@ class JobStore:
         def work(tx: Tx) -> int:
             return self.engine.insert_job(tx, row)
 
-        return self._run(work)
+        return self._run(work, single=True)
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
         """Store many jobs in one transaction with multi-row INSERTs; return their ids in order."""
@@ -340,7 +343,9 @@ class JobStore:
     def ack(self, receipt: Receipt) -> bool:
         """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""
         params = {"id": receipt.job_id, "token": receipt.token}
-        return self._run(lambda tx: bool(tx.execute(self.q.job_ack, params).rowcount == 1))
+        return self._run(
+            lambda tx: bool(tx.execute(self.q.job_ack, params).rowcount == 1), single=True
+        )
 
     def ack_many(self, receipts: Sequence[Receipt]) -> int:
         """Ack several deliveries in one transaction; return how many were still held."""
@@ -366,12 +371,16 @@ class JobStore:
             "token": receipt.token,
             "available_at": math.ceil(now + delay) if delay > 0 else int(now),
         }
-        return self._run(lambda tx: bool(tx.execute(self.q.job_release, params).rowcount == 1))
+        return self._run(
+            lambda tx: bool(tx.execute(self.q.job_release, params).rowcount == 1), single=True
+        )
 
     def return_job(self, receipt: Receipt) -> bool:
         """Hand back a delivery that never started: ready now, its attempt refunded; fenced."""
         params = {"id": receipt.job_id, "token": receipt.token, "now": self._now()}
-        return self._run(lambda tx: bool(tx.execute(self.q.job_return, params).rowcount == 1))
+        return self._run(
+            lambda tx: bool(tx.execute(self.q.job_return, params).rowcount == 1), single=True
+        )
 
     def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
         """Extend the reservations still held; return the receipts that were.
@@ -417,7 +426,9 @@ class JobStore:
         validate_queue_name(queue)
         params = {"queue": queue, "now": self._now()}
         total, ready, oldest = self._run(
-            lambda tx: tx.execute(self.q.queue_backlog, params).fetchone(), read_only=True
+            lambda tx: tx.execute(self.q.queue_backlog, params).fetchone(),
+            read_only=True,
+            single=True,
         )
         return Backlog(queue, int(total), int(ready or 0), int(oldest or 0))
 
@@ -427,14 +438,20 @@ class JobStore:
         params = {"queue": queue, "now": self._now()}
         return int(
             self._run(
-                lambda tx: tx.execute(self.q.queue_size, params).fetchone()[0], read_only=True
+                lambda tx: tx.execute(self.q.queue_size, params).fetchone()[0],
+                read_only=True,
+                single=True,
             )
         )
 
     def purge(self, queue: str) -> int:
         """Delete the unreserved jobs of ``queue`` (delayed ones too); return how many."""
         validate_queue_name(queue)
-        return int(self._run(lambda tx: tx.execute(self.q.queue_purge, {"queue": queue}).rowcount))
+        return int(
+            self._run(
+                lambda tx: tx.execute(self.q.queue_purge, {"queue": queue}).rowcount, single=True
+            )
+        )
 
     def delete_queue(self, queue: str) -> int:
         """Delete every job of ``queue``, held ones included; return how many."""
@@ -454,7 +471,9 @@ class JobStore:
             validate_queue_name(queue)
         params = {"queue": queue, "limit": int(limit)}
         query = self.q.dead_letter_list if queue is None else self.q.dead_letter_list_queue
-        rows = self._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True)
+        rows = self._run(
+            lambda tx: tx.execute(query, params).fetchall(), read_only=True, single=True
+        )
         return [
             DeadLetter(int(i), u, q, bytes(p), e, int(a), int(f)) for i, u, q, p, e, a, f in rows
         ]
@@ -467,7 +486,7 @@ class JobStore:
             rows = tx.rows()
             return rows[0] if rows else None
 
-        return self._run(work, read_only=True)
+        return self._run(work, read_only=True, single=True)
 
     def wait_for_jobs(self, seconds: float) -> bool:
         """Idle wait: up to ``seconds``, returning early (True) when a job is enqueued.

@@ -232,14 +232,18 @@ class BaseEngine:
 
     # -- transactions on a DBAPI connection (see store/executor.py) --------------------
 
-    def begin(self, conn: Any, cursor: Any, write: bool) -> None:
-        """Open a transaction. DBAPI drivers open one implicitly, so: nothing."""
+    def prepare_connection(self, conn: Any) -> None:
+        """Set up a DBAPI connection the executor is about to use for the first time."""
 
-    def commit(self, conn: Any, cursor: Any) -> None:
-        conn.commit()
+    def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None:
+        """Open a transaction (``single``: the work is one statement)."""
+        cursor.execute("BEGIN")
 
-    def rollback(self, conn: Any, cursor: Any) -> None:
-        conn.rollback()
+    def commit(self, conn: Any, cursor: Any, single: bool) -> None:
+        cursor.execute("COMMIT")
+
+    def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
+        cursor.execute("ROLLBACK")
 
     # -- error classification ---------------------------------------------------------
 
@@ -250,3 +254,25 @@ class BaseEngine:
     def is_connection_error(self, exc: BaseException) -> bool:
         """True when ``exc`` (a driver error) means the connection is unusable."""
         return type(exc).__name__ in ("OperationalError", "InterfaceError")
+
+
+class ServerEngine(BaseEngine):
+    """A database over the network: each round trip costs ~100 µs, so spend few.
+
+    Connections run in autocommit mode; work that is one statement (publish,
+    ack, release …) runs as that statement alone — one round trip instead of
+    BEGIN, statement, COMMIT — and only multi-statement work (claim,
+    dead-letter, bulk enqueue) opens a transaction.
+    """
+
+    def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None:
+        if not single:
+            cursor.execute("BEGIN")
+
+    def commit(self, conn: Any, cursor: Any, single: bool) -> None:
+        if not single:
+            cursor.execute("COMMIT")
+
+    def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
+        if not single:
+            cursor.execute("ROLLBACK")

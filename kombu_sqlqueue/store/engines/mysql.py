@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from .base import ENQUEUE_COLUMNS, BaseEngine, Queries, enqueue_many_params
+from .base import ENQUEUE_COLUMNS, Queries, ServerEngine, enqueue_many_params
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -60,7 +60,7 @@ class MySQLQueries(Queries):
     ).bindparams(sa.bindparam("ids", expanding=True))
 
 
-class MySQLEngine(BaseEngine):
+class MySQLEngine(ServerEngine):
     """MariaDB 10.6+ / MySQL 8.0+ through PyMySQL."""
 
     name: ClassVar[str] = "mysql"
@@ -76,6 +76,9 @@ class MySQLEngine(BaseEngine):
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
         return sa.create_engine(url, pool_size=4, max_overflow=-1)
+
+    def prepare_connection(self, conn: Any) -> None:
+        conn.driver_connection.autocommit(True)  # see ServerEngine
 
     @contextmanager
     def schema_lock(self, conn: sa.Connection) -> Iterator[None]:

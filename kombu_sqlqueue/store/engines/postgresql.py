@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from .base import BaseEngine, Listener, Queries
+from .base import Listener, Queries, ServerEngine
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class PostgreSQLQueries(Queries):
     )
 
 
-class PostgreSQLEngine(BaseEngine):
+class PostgreSQLEngine(ServerEngine):
     """PostgreSQL 12+ through psycopg 3."""
 
     name: ClassVar[str] = "postgresql"
@@ -98,6 +98,9 @@ class PostgreSQLEngine(BaseEngine):
     def __init__(self) -> None:
         super().__init__()
         self.job_enqueue_returning = self.job_enqueue.returning(self.jobs.c.id)
+
+    def prepare_connection(self, conn: Any) -> None:
+        conn.driver_connection.autocommit = True  # see ServerEngine
 
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
         if row["available_at"] <= row["created_at"]:  # ready now: wake idle consumers

@@ -74,13 +74,11 @@ class SQLiteEngine(BaseEngine):
 
         return engine
 
-    def begin(self, conn: Any, cursor: Any, write: bool) -> None:
+    def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None:
+        # No round trips to save in-process: always a real transaction.
         cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
-    def commit(self, conn: Any, cursor: Any) -> None:
-        cursor.execute("COMMIT")
-
-    def rollback(self, conn: Any, cursor: Any) -> None:
+    def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
 
