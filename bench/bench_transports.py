@@ -240,18 +240,24 @@ def consume_n(
     return count, elapsed
 
 
-def run_publish(url: str, n: int, _prefetch: int, _timeout: float) -> Result:
-    with Connection(url) as conn:
+def run_publish(
+    url: str, n: int, _prefetch: int, _timeout: float, options: dict[str, Any] | None = None
+) -> Result:
+    with Connection(url, transport_options=options or {}) as conn:
         conn.ensure_connection(max_retries=3)
         elapsed = publish_n(conn, "publish", n)
     return Result("", "publish", n, elapsed, n / elapsed)
 
 
-def run_consume(url: str, n: int, prefetch: int, timeout: float) -> Result:
-    with Connection(url) as conn:
+def run_consume(
+    url: str, n: int, prefetch: int, timeout: float, options: dict[str, Any] | None = None
+) -> Result:
+    with Connection(url, transport_options=options or {}) as conn:
         conn.ensure_connection(max_retries=3)
         publish_n(conn, "consume_ack", n)
-    with Connection(url) as conn:  # a fresh connection, as a worker would have
+    with Connection(
+        url, transport_options=options or {}
+    ) as conn:  # a fresh connection, as a worker would have
         count, elapsed = consume_n(conn, "consume_ack", n, prefetch, timeout)
     if count < n:
         raise BenchTimeout(f"consumed {count} of {n} in {timeout:.0f}s")
@@ -271,9 +277,10 @@ def _e2e_consumer(
     ready: Any,
     done: Any,
     deadline: float,
+    options: dict[str, Any] | None = None,
 ) -> None:
     _, queue = entities("e2e_4c")
-    with Connection(url) as conn:
+    with Connection(url, transport_options=options or {}) as conn:
         channel = conn.channel()
 
         def on_message(_body: Any, message: Any) -> None:
@@ -300,9 +307,11 @@ def _e2e_consumer(
             channel.close()
 
 
-def _e2e_publisher(url: str, n: int, first_publish: Any, publish_done: Any) -> None:
+def _e2e_publisher(
+    url: str, n: int, first_publish: Any, publish_done: Any, options: dict[str, Any] | None = None
+) -> None:
     exchange, queue = entities("e2e_4c")
-    with Connection(url) as conn:
+    with Connection(url, transport_options=options or {}) as conn:
         channel = conn.channel()
         producer = Producer(channel, exchange=exchange, serializer="json")
         # Virtual transports route through bindings declared in this process.
@@ -326,10 +335,12 @@ def _terminate(procs: list[BaseProcess]) -> None:
             p.join(timeout=5)
 
 
-def run_e2e(url: str, n: int, prefetch: int, timeout: float) -> Result:
+def run_e2e(
+    url: str, n: int, prefetch: int, timeout: float, options: dict[str, Any] | None = None
+) -> Result:
     ctx = mp.get_context("spawn")
     # Declare the queue (and create the tables) once, before the consumers race to.
-    with Connection(url) as conn:
+    with Connection(url, transport_options=options or {}) as conn:
         channel = conn.channel()
         entities("e2e_4c")[1].bind(channel).declare()
         channel.close()
@@ -345,7 +356,7 @@ def run_e2e(url: str, n: int, prefetch: int, timeout: float) -> Result:
         for index in range(CONSUMERS):
             p = ctx.Process(
                 target=_e2e_consumer,
-                args=(url, n, prefetch, counter, last_ack, index, ready, done, deadline),
+                args=(url, n, prefetch, counter, last_ack, index, ready, done, deadline, options),
                 daemon=True,
             )
             p.start()
@@ -354,7 +365,9 @@ def run_e2e(url: str, n: int, prefetch: int, timeout: float) -> Result:
             if not ready.acquire(timeout=30):
                 raise BenchTimeout("consumer processes did not start within 30s")
         publisher = ctx.Process(
-            target=_e2e_publisher, args=(url, n, first_publish, publish_done), daemon=True
+            target=_e2e_publisher,
+            args=(url, n, first_publish, publish_done, options),
+            daemon=True,
         )
         publisher.start()
         procs.append(publisher)
