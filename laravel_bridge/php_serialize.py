@@ -205,6 +205,8 @@ class _Reader:
         data, n = self.data, self.n
         match = _TOKEN.match
         pos = 0
+        # Storing a finished value into its frame is written out inline at its three
+        # places (closing '}', an R:, any other value): this loop is the hot path.
         # A frame is [container, remaining, obj, key, slot, box]: an array (list, or
         # dict once keys stop being 0..n-1) or an object's property dict being filled;
         # its value's slot number, and the PhpReference boxing it if an R: inside it

@@ -17,9 +17,7 @@ QUEUE = Queue("work", Exchange("work", "direct"), "work")
 
 
 @pytest.mark.timeout(60)
-def test_idle_postgresql_consumer_is_woken_by_notify(
-    engine_name: str, broker_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_idle_postgresql_consumer_is_woken_by_notify(engine_name: str, broker_url: str) -> None:
     if engine_name != "postgresql":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     # Polling so slow that only the NOTIFY path can deliver within the test.
