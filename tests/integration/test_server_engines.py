@@ -17,9 +17,8 @@ QUEUE = Queue("work", Exchange("work", "direct"), "work")
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine_name", ["postgresql"])  # LISTEN/NOTIFY is PostgreSQL's
 def test_idle_postgresql_consumer_is_woken_by_notify(engine_name: str, broker_url: str) -> None:
-    if engine_name != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     # Polling so slow that only the NOTIFY path can deliver within the test.
     slow = {"polling_interval": 30, "max_polling_interval": 30}
     got: list[float] = []
@@ -58,6 +57,7 @@ def test_idle_postgresql_consumer_is_woken_by_notify(engine_name: str, broker_ur
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine_name", ["postgresql", "mysql"])  # the server engines
 def test_producer_and_consumer_survive_a_server_restart(
     db_server: Any, broker_url: str, db_url: str
 ) -> None:
@@ -116,11 +116,10 @@ def test_producer_and_consumer_survive_a_server_restart(
         store.close()
 
 
+@pytest.mark.parametrize("engine_name", ["postgresql"])  # synchronous_commit is PostgreSQL's
 def test_synchronous_commit_applies_to_the_queues_connections(
     engine_name: str, db_url: str
 ) -> None:
-    if engine_name != "postgresql":
-        pytest.skip("synchronous_commit is PostgreSQL's")
     from kombu_sqlqueue.store import StoreOptions
 
     for mode in ("off", None):
