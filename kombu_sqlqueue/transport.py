@@ -295,7 +295,8 @@ class Transport(virtual.Transport):
                 if timeout is not None:
                     wait = min(wait, timeout - elapsed)
                 self._idle_rounds = min(self._idle_rounds + 1, 32)
-                if self.store.wait_for_jobs(wait):
+                consumed = {q for channel in self.channels for q in channel._active_queues}
+                if self.store.wait_for_jobs(wait, consumed or None):
                     self._idle_rounds = 0
             else:
                 self._idle_rounds = 0

@@ -19,7 +19,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -488,8 +488,9 @@ class JobStore:
 
         return self._run(work, read_only=True, single=True)
 
-    def wait_for_jobs(self, seconds: float) -> bool:
-        """Idle wait: up to ``seconds``, returning early (True) when a job is enqueued.
+    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+        """Idle wait: up to ``seconds``, returning early (True) when a job becomes ready on
+        one of ``queues`` (any queue if None).
 
         PostgreSQL wakes on NOTIFY; other engines just sleep (they are polled).
         """
@@ -499,7 +500,7 @@ class JobStore:
             self._listener_tried = True
             self._listener = self.engine.listener(self.url)
         if self._listener is not None:
-            return self._listener.wait(seconds)
+            return self._listener.wait(seconds, queues)
         time.sleep(seconds)
         return False
 

@@ -131,3 +131,32 @@ def test_synchronous_commit_applies_to_the_queues_connections(
             assert seen == (mode or "on")  # None: the server's default, "on"
         finally:
             store.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine_name", ["postgresql"])  # LISTEN/NOTIFY is PostgreSQL's
+def test_wake_ups_are_for_the_consumers_queues_only(engine_name: str, db_url: str) -> None:
+    from kombu_sqlqueue.store import NewJob
+
+    waiter, producer = JobStore(db_url), JobStore(db_url)
+    try:
+        waiter.ensure_ready()
+        waiter.wait_for_jobs(0.01, {"work"})  # LISTEN from here on
+
+        def publish(queue: str) -> None:
+            time.sleep(0.3)
+            producer.enqueue(NewJob(queue, b"x"))
+
+        other = threading.Thread(target=publish, args=("other",))
+        other.start()
+        assert waiter.wait_for_jobs(1.5, {"work"}) is False  # not its queue: slept on
+        other.join()
+        mine = threading.Thread(target=publish, args=("work",))
+        mine.start()
+        assert waiter.wait_for_jobs(30, {"work"}) is True
+        mine.join()
+        assert producer.enqueue(NewJob("work", b"y", delay=60))  # delayed: no NOTIFY
+        assert waiter.wait_for_jobs(1.0, {"work"}) is False
+    finally:
+        waiter.close()
+        producer.close()

@@ -9,7 +9,7 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 class Listener:
     """Waits for "a job became ready" signals (PostgreSQL LISTEN/NOTIFY)."""
 
-    def wait(self, seconds: float) -> bool:
-        """Block up to ``seconds``; True if woken by a signal, False on timeout."""
+    def wait(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+        """Block up to ``seconds``; True when a job became ready on one of ``queues``
+        (any queue if None), False on timeout."""
         raise NotImplementedError
 
     def close(self) -> None:

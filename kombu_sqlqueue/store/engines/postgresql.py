@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -162,7 +162,7 @@ class PgListener(Listener):
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
 
-    def wait(self, seconds: float) -> bool:
+    def wait(self, seconds: float, queues: Collection[str] | None = None) -> bool:
         import psycopg
 
         started = time.monotonic()
@@ -172,9 +172,16 @@ class PgListener(Listener):
                 if self._lost:
                     logger.warning("LISTEN connection is back; wake-ups resumed")
                     self._lost = False
-            for _notice in self._conn.notifies(timeout=seconds, stop_after=1):
-                return True
-            return False
+            while True:
+                left = seconds - (time.monotonic() - started)
+                if left <= 0:
+                    return False
+                for notice in self._conn.notifies(timeout=left, stop_after=1):
+                    if queues is None or notice.payload in queues:
+                        return True
+                    break  # a job on a queue this consumer does not read: keep waiting
+                else:
+                    return False
         except psycopg.Error as exc:
             # Lost the listening connection (server restart…): poll until it is back.
             if not self._lost:
