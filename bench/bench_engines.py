@@ -363,11 +363,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--claims", type=int, default=100, help="claims timed per depth")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("--skip-depth", action="store_true")
-    p.add_argument(
-        "--pg-claim-fix",
-        action="store_true",
-        help="experiment: index-ordered PostgreSQL claim (bench_claim_depth.apply_pg_claim_fix)",
-    )
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     if a.gap < 1.5:
@@ -378,8 +373,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, bt._raise_on_sigterm)
-    if args.pg_claim_fix:
-        bench_claim_depth.apply_pg_claim_fix()  # this process only (the depth test)
     workdir = Path(tempfile.mkdtemp(prefix="sqlqueue-bench-engines-"))
     started = time.perf_counter()
     results: list[bt.Result] = []
@@ -404,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nN={args.messages}  prefetch_count={args.prefetch}  python {sys.version.split()[0]}  "
         f"kombu {kombu.__version__}  sqlalchemy {sqlalchemy.__version__}  "
         f"psycopg {psycopg.__version__}  pymysql {pymysql.__version__}  "
-        f"code {bt.code_version()}{'  pg-claim-fix' if args.pg_claim_fix else ''}  "
+        f"code {bt.code_version()}  "
         f"total {time.perf_counter() - started:.0f}s"
     )
     targets = print_report(results, latency, depth, [c for c in args.configs])
