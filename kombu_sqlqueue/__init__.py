@@ -10,6 +10,11 @@ from __future__ import annotations
 from ._version import __version__
 from .registration import register
 
-register()
+try:
+    # Registers the alias when Kombu loads, so importing the store alone (laravel_bridge
+    # does) does not import Kombu.
+    import _kombu_sqlqueue_hook  # noqa: F401
+except ImportError:  # a copy on sys.path without its hook module
+    register()
 
 __all__ = ["__version__", "register"]

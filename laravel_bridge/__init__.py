@@ -1,10 +1,14 @@
-"""Read and write Laravel queue payloads from Python: PHP's serialize format, Laravel's job JSON.
+"""Laravel and Python on one queue: Laravel's payloads, a worker for Laravel jobs, dispatch.
 
-Pure Python; Kombu is not needed to use it.
+PHP's serialize format and Laravel's job JSON (:mod:`.payload`), a worker that
+runs Laravel jobs with Python handlers (:mod:`.worker`, ``laravel-bridge work``)
+and :class:`LaravelQueue` to dispatch jobs Laravel's worker runs, over
+Laravel's ``jobs`` table or contract v1's. Kombu is not needed to use it.
 """
 
 from __future__ import annotations
 
+from .dispatch import Dispatched, LaravelQueue
 from .encryption import Encrypter
 from .exceptions import (
     DecryptError,
@@ -12,6 +16,7 @@ from .exceptions import (
     LaravelBridgeError,
     PayloadError,
 )
+from .handlers import HandlerRegistry, handles
 from .payload import JobCommand, ModelIdentifier, Payload
 from .php_serialize import (
     PhpEnum,
@@ -24,13 +29,23 @@ from .php_serialize import (
     private,
     protected,
 )
+from .tables import JobTable, open_table
+from .worker import Job, JobTimedOut, MalformedJob, MaxAttemptsExceeded, Worker, WorkerOptions
 
 __all__ = [
     "DecryptError",
+    "Dispatched",
     "Encrypter",
     "EncryptionKeyError",
+    "HandlerRegistry",
+    "Job",
     "JobCommand",
+    "JobTable",
+    "JobTimedOut",
     "LaravelBridgeError",
+    "LaravelQueue",
+    "MalformedJob",
+    "MaxAttemptsExceeded",
     "ModelIdentifier",
     "Payload",
     "PayloadError",
@@ -39,8 +54,12 @@ __all__ = [
     "PhpReference",
     "PhpSerializable",
     "PhpSerializeError",
+    "Worker",
+    "WorkerOptions",
     "dumps",
+    "handles",
     "loads",
+    "open_table",
     "private",
     "protected",
 ]

@@ -46,8 +46,12 @@ class Compiled:
 
     sql: str
     positional: tuple[str, ...] | None
+    #: Values bound into the statement when it was built (a LIMIT's OFFSET 0 …).
+    defaults: Mapping[str, Any]
 
     def args(self, params: Mapping[str, Any]) -> Any:
+        if self.defaults:
+            params = {**self.defaults, **params}
         if self.positional is None:
             return dict(params)
         return tuple(params[name] for name in self.positional)
@@ -131,7 +135,8 @@ class Executor:
                 stmt = stmt()
             c = stmt.compile(dialect=self.dialect)  # type: ignore[union-attr]
             positiontup = getattr(c, "positiontup", None)
-            found = Compiled(c.string, tuple(positiontup) if positiontup else None)
+            defaults = {k: v for k, v in c.params.items() if v is not None}
+            found = Compiled(c.string, tuple(positiontup) if positiontup else None, defaults)
             self._cache[cache_key] = found
         return found
 
@@ -168,6 +173,16 @@ class Executor:
             yield
         except dbapi_error as exc:
             raise self.wrap(exc) from exc
+        except sa.exc.DBAPIError as exc:
+            raise self.wrap(exc.orig or exc) from exc
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc}") from exc
+
+    @contextmanager
+    def sa_errors(self) -> Iterator[None]:
+        """Wrap errors of the SQLAlchemy connections a store uses for schema work."""
+        try:
+            yield
         except sa.exc.DBAPIError as exc:
             raise self.wrap(exc.orig or exc) from exc
         except sa.exc.SQLAlchemyError as exc:

@@ -19,8 +19,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,7 +33,6 @@ from ..exceptions import (
     InvalidURL,
     SchemaMismatch,
     StoreBusyError,
-    StoreError,
 )
 from .engines import ENGINES, BaseEngine
 from .engines.base import Listener
@@ -113,6 +111,26 @@ def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
     return engine_cls, engine.normalize_url(parsed)
 
 
+def open_database(url: str, options: StoreOptions) -> tuple[BaseEngine, URL, sa.Engine, Executor]:
+    """The engine, SQLAlchemy URL and engine, and the one :class:`Executor` for ``url``."""
+    engine_cls, sa_url = parse_store_url(url)
+    engine = engine_cls()
+    try:
+        db = engine.create_engine(sa_url, options)
+    except ImportError as exc:  # an optional driver is missing
+        raise ConfigurationError(
+            f"the driver for {sa_url.drivername} is not installed ({exc}); "
+            f"install it with: pip install 'kombu-sqlqueue[{engine.name}]'"
+        ) from exc
+    executor = Executor(
+        engine,
+        db,
+        sa_url.render_as_string(hide_password=True),
+        reconnect_timeout=options.reconnect_timeout,
+    )
+    return engine, sa_url, db, executor
+
+
 class JobStore:
     """Contract-v1 job table operations over one database.
 
@@ -122,24 +140,8 @@ class JobStore:
 
     def __init__(self, url: str, options: StoreOptions | None = None) -> None:
         self.options = options or StoreOptions()
-        engine_cls, sa_url = parse_store_url(url)
-        self.engine: BaseEngine = engine_cls()
-        self.url = sa_url
+        self.engine, self.url, self._db, self._exec = open_database(url, self.options)
         self.q = self.engine.queries
-        try:
-            db = self.engine.create_engine(sa_url, self.options)
-        except ImportError as exc:  # an optional driver is missing
-            raise ConfigurationError(
-                f"the driver for {sa_url.drivername} is not installed ({exc}); "
-                f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
-            ) from exc
-        self._db = db
-        self._exec = Executor(
-            self.engine,
-            db,
-            sa_url.render_as_string(hide_password=True),
-            reconnect_timeout=self.options.reconnect_timeout,
-        )
         #: Unix-seconds clock; every operation reads it once. Tests may replace it.
         self.clock: Callable[[], float] = time.time
         self._schema_ready = False
@@ -173,16 +175,6 @@ class JobStore:
                 self.verify_schema()
             self._schema_ready = True
 
-    @contextmanager
-    def _sa_errors(self) -> Iterator[None]:
-        """Wrap errors of the SQLAlchemy connections used for schema work."""
-        try:
-            yield
-        except sa_exc.DBAPIError as exc:
-            raise self._exec.wrap(exc.orig or exc) from exc
-        except sa_exc.SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc}") from exc
-
     # -- schema -------------------------------------------------------------------
 
     def create_schema(self) -> None:
@@ -193,7 +185,7 @@ class JobStore:
         for attempt in range(BUSY_RETRIES + 1):
             try:
                 with (
-                    self._sa_errors(),
+                    self._exec.sa_errors(),
                     self._db.begin() as conn,
                     self.engine.schema_lock(conn),
                 ):
@@ -215,7 +207,7 @@ class JobStore:
 
     def verify_schema(self) -> None:
         """Raise :class:`SchemaMismatch` unless both tables have every column we use."""
-        with self._sa_errors(), self._db.connect() as conn:
+        with self._exec.sa_errors(), self._db.connect() as conn:
             inspector = sa.inspect(conn)
             for table, needed in (
                 (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
@@ -347,6 +339,22 @@ class JobStore:
             lambda tx: bool(tx.execute(self.q.job_ack, params).rowcount == 1), single=True
         )
 
+    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
+        """Ack a delivery and store ``jobs`` in one transaction (the next job of a chain);
+        when the delivery is stale nothing is written and ``False`` is returned."""
+        now = self.clock()
+        rows = [self._job_row(job, now) for job in jobs]
+        params = {"id": receipt.job_id, "token": receipt.token}
+
+        def work(tx: Tx) -> bool:
+            if tx.execute(self.q.job_ack, params).rowcount != 1:
+                return False
+            for row in rows:
+                self.engine.insert_job(tx, row)
+            return True
+
+        return self._run(work, single=not rows)
+
     def ack_many(self, receipts: Sequence[Receipt]) -> int:
         """Ack several deliveries in one transaction; return how many were still held."""
         by_token: dict[str, list[int]] = {}
@@ -375,9 +383,15 @@ class JobStore:
             lambda tx: bool(tx.execute(self.q.job_release, params).rowcount == 1), single=True
         )
 
-    def return_job(self, receipt: Receipt) -> bool:
-        """Hand back a delivery that never started: ready now, its attempt refunded; fenced."""
-        params = {"id": receipt.job_id, "token": receipt.token, "now": self._now()}
+    def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Hand back a delivery that never started: ready after ``delay`` seconds, its
+        attempt refunded; fenced."""
+        now = self.clock()
+        params = {
+            "id": receipt.job_id,
+            "token": receipt.token,
+            "available_at": math.ceil(now + delay) if delay > 0 else int(now),
+        }
         return self._run(
             lambda tx: bool(tx.execute(self.q.job_return, params).rowcount == 1), single=True
         )

@@ -84,7 +84,7 @@ class Queries:
     job_return = sa.text(
         """
         UPDATE askr_jobs
-           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :available_at,
                attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
          WHERE id = :id AND reserved_token = :token
         """

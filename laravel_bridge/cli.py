@@ -1,0 +1,237 @@
+"""``laravel-bridge``: run Laravel jobs with Python handlers, like ``php artisan queue:work``.
+
+.. code-block:: console
+
+    $ laravel-bridge work --url mysql://app@127.0.0.1/app --handlers myapp.jobs \\
+          --queue high,default --tries 3 --backoff 5,30
+    [2026-11-29 15:00:00][12] Processing: App\\Jobs\\ResizeImage
+    [2026-11-29 15:00:00][12] Processed:  App\\Jobs\\ResizeImage
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from kombu_sqlqueue.exceptions import SqlQueueError
+
+from .exceptions import LaravelBridgeError
+from .handlers import REGISTRY, load_handlers
+from .tables import LAYOUTS, open_table
+from .worker import Worker, WorkerOptions
+
+
+def _backoff(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not seconds or a comma list of seconds") from None
+
+
+def _queues(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    queues = tuple(q.strip() for q in value.split(","))
+    if any(not q for q in queues):
+        raise click.BadParameter(f"{value!r} has an empty queue name")
+    if len(set(queues)) != len(queues):
+        raise click.BadParameter(f"{value!r} names a queue twice")
+    return queues
+
+
+@click.group()
+def main() -> None:
+    """Share Laravel's database queue with Python."""
+
+
+@main.command()
+@click.option(
+    "--url",
+    envvar="LARAVEL_BRIDGE_URL",
+    required=True,
+    help="SQLAlchemy URL of the queue database (env LARAVEL_BRIDGE_URL).",
+)
+@click.option(
+    "--layout",
+    type=click.Choice(LAYOUTS),
+    default="laravel",
+    show_default=True,
+    help="laravel: Laravel's jobs/failed_jobs tables; askr: contract v1's tables.",
+)
+@click.option(
+    "--queue",
+    "queues",
+    default="default",
+    show_default=True,
+    callback=_queues,
+    help="Queues to work, in priority order (comma-separated).",
+)
+@click.option(
+    "--handlers",
+    "handler_modules",
+    multiple=True,
+    help="Module registering handlers with @handles (repeatable).",
+)
+@click.option("--once", is_flag=True, help="Only process the next job on the queue.")
+@click.option("--stop-when-empty", is_flag=True, help="Stop when the queue is empty.")
+@click.option(
+    "--tries",
+    default=1,
+    show_default=True,
+    help="Attempts before a job without maxTries fails (0 = unlimited).",
+)
+@click.option(
+    "--backoff",
+    default="0",
+    show_default=True,
+    callback=_backoff,
+    help="Seconds before retrying a job without backoff (or a comma list).",
+)
+@click.option(
+    "--timeout",
+    default=60,
+    show_default=True,
+    help="Seconds a job without a timeout may run (0 = unlimited).",
+)
+@click.option(
+    "--sleep", default=3.0, show_default=True, help="Seconds to sleep when no job is available."
+)
+@click.option("--rest", default=0.0, show_default=True, help="Seconds to rest between jobs.")
+@click.option(
+    "--max-jobs", default=0, show_default=True, help="Stop after this many jobs (0 = never)."
+)
+@click.option(
+    "--max-time", default=0.0, show_default=True, help="Stop after this many seconds (0 = never)."
+)
+@click.option(
+    "--retry-after",
+    default=90,
+    show_default=True,
+    help="The connection's retry_after: a reservation older than this is taken over.",
+)
+@click.option(
+    "--connection",
+    default="database",
+    show_default=True,
+    help="Laravel connection name written to failed_jobs.",
+)
+@click.option(
+    "--app-key",
+    envvar="APP_KEY",
+    default=None,
+    help="Laravel's APP_KEY, to decrypt encrypted jobs (env APP_KEY).",
+)
+@click.option("--cipher", default="AES-256-CBC", show_default=True)
+@click.option("--jobs-table", default="jobs", show_default=True)
+@click.option("--failed-table", default="failed_jobs", show_default=True)
+@click.option(
+    "--unknown-jobs",
+    type=click.Choice(["release", "fail"]),
+    default="release",
+    show_default=True,
+    help="What to do with a job no handler is registered for.",
+)
+@click.option(
+    "--unknown-delay",
+    default=60.0,
+    show_default=True,
+    help="Seconds before a released unknown job is ready again.",
+)
+@click.option(
+    "--create-tables/--no-create-tables",
+    default=False,
+    show_default=True,
+    help="Create missing tables (Laravel's migrations normally do).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log each release and retry (INFO).")
+def work(
+    url: str,
+    layout: str,
+    queues: tuple[str, ...],
+    handler_modules: tuple[str, ...],
+    once: bool,
+    stop_when_empty: bool,
+    tries: int,
+    backoff: tuple[int, ...],
+    timeout: int,
+    sleep: float,
+    rest: float,
+    max_jobs: int,
+    max_time: float,
+    retry_after: int,
+    connection: str,
+    app_key: str | None,
+    cipher: str,
+    jobs_table: str,
+    failed_table: str,
+    unknown_jobs: str,
+    unknown_delay: float,
+    create_tables: bool,
+    verbose: bool,
+) -> None:
+    """Process jobs from the queue, running each with its Python handler."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for module in handler_modules:
+        load_handlers(module)
+    if not len(REGISTRY):
+        click.echo("warning: no handlers are registered (use --handlers MODULE)", err=True)
+    options = WorkerOptions(
+        queues=queues,
+        connection=connection,
+        tries=tries,
+        backoff=backoff,
+        timeout=timeout,
+        sleep=sleep,
+        rest=rest,
+        max_jobs=max_jobs,
+        max_time=max_time,
+        once=once,
+        stop_when_empty=stop_when_empty,
+        retry_after=retry_after,
+        unknown_jobs="fail" if unknown_jobs == "fail" else "release",
+        unknown_delay=unknown_delay,
+    )
+    table = open_table(
+        url,
+        layout,
+        jobs_table=jobs_table,
+        failed_table=failed_table,
+        create_tables=create_tables,
+    )
+    worker = Worker(
+        table, options, app_key=app_key, cipher=cipher, output=lambda line: click.echo(line)
+    )
+    try:
+        worker.run()
+    finally:
+        table.close()
+
+
+@main.command("create-tables")
+@click.option("--url", envvar="LARAVEL_BRIDGE_URL", required=True)
+@click.option("--layout", type=click.Choice(LAYOUTS), default="laravel", show_default=True)
+@click.option("--jobs-table", default="jobs", show_default=True)
+@click.option("--failed-table", default="failed_jobs", show_default=True)
+def create_tables_command(url: str, layout: str, jobs_table: str, failed_table: str) -> None:
+    """Create the layout's tables as Laravel's migrations (or contract v1) define them."""
+    table = open_table(url, layout, jobs_table=jobs_table, failed_table=failed_table)
+    table.size("default")  # first use creates the tables
+    table.close()
+    click.echo("tables ready")
+
+
+def run() -> None:
+    """Entry point: our errors become one clear line and exit status 2."""
+    try:
+        main(standalone_mode=True)
+    except (LaravelBridgeError, SqlQueueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,109 @@
+"""Python handlers for Laravel job classes, registered by PHP class name.
+
+.. code-block:: python
+
+    from laravel_bridge import handles
+
+    @handles("App\\\\Jobs\\\\ResizeImage")
+    def resize(job):
+        resize_image(job.properties["path"], job.properties["width"])
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .exceptions import LaravelBridgeError
+
+if TYPE_CHECKING:
+    from .worker import Job
+
+#: ``on_failure(properties, exception, uuid)``, like a Laravel job's ``failed()``.
+FailureHook = Callable[[dict[str, Any], BaseException, str], Any]
+
+F = TypeVar("F", bound=Callable[["Job"], Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """The callable that runs a job class, and its optional failure hook."""
+
+    handle: Callable[[Job], Any]
+    on_failure: FailureHook | None = None
+
+
+class HandlerRegistry:
+    """PHP class name → :class:`Handler`."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(
+        self,
+        class_name: str,
+        handle: Callable[[Job], Any],
+        on_failure: FailureHook | None = None,
+    ) -> None:
+        """Run ``handle(job)`` for jobs of ``class_name`` (``App\\Jobs\\X``, leading ``\\``
+        optional); a second registration of one class is an error."""
+        name = normalize_class_name(class_name)
+        if name in self._handlers:
+            raise LaravelBridgeError(f"a handler for {name} is already registered")
+        self._handlers[name] = Handler(handle, on_failure)
+
+    def handles(
+        self, class_name: str, *, on_failure: FailureHook | None = None
+    ) -> Callable[[F], F]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(fn: F) -> F:
+            self.register(class_name, fn, on_failure)
+            return fn
+
+        return decorate
+
+    def get(self, class_name: str) -> Handler | None:
+        return self._handlers.get(normalize_class_name(class_name))
+
+    def __contains__(self, class_name: object) -> bool:
+        return isinstance(class_name, str) and normalize_class_name(class_name) in self._handlers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def clear(self) -> None:
+        self._handlers.clear()
+
+
+def normalize_class_name(name: str) -> str:
+    """PHP class names are case-insensitive but written one way; we only drop a leading ``\\``."""
+    if not isinstance(name, str) or not name.strip("\\"):
+        raise LaravelBridgeError(f"{name!r} is not a PHP class name")
+    return name.lstrip("\\")
+
+
+#: The registry :func:`handles` writes to and the worker reads by default.
+REGISTRY = HandlerRegistry()
+
+
+def handles(class_name: str, *, on_failure: FailureHook | None = None) -> Callable[[F], F]:
+    """Register the decorated function as the handler of PHP job class ``class_name``.
+
+    The function receives a :class:`~laravel_bridge.worker.Job`. ``on_failure``
+    is called with ``(properties, exception, uuid)`` when the job fails for good.
+    """
+    return REGISTRY.handles(class_name, on_failure=on_failure)
+
+
+def load_handlers(module: str) -> None:
+    """Import ``module`` (dotted name) so its ``@handles`` registrations run."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise LaravelBridgeError(f"cannot import handlers module {module!r}: {exc}") from exc

@@ -1,0 +1,263 @@
+"""The two table layouts a Laravel job can live in, behind one interface.
+
+* ``laravel`` — Laravel's own ``jobs``/``failed_jobs`` tables, with Laravel's
+  database-queue rules (see :mod:`kombu_sqlqueue.store.laravel_tables`), so
+  ``php artisan queue:work``, ``queue:failed`` and ``queue:retry`` keep working.
+* ``askr`` — contract v1's ``askr_jobs``/``askr_failed_jobs`` (the table the
+  Kombu transport uses), with a Laravel payload in the ``payload`` column.
+
+The worker and :class:`~laravel_bridge.dispatch.LaravelQueue` only use
+:class:`JobTable`; the SQL lives in :mod:`kombu_sqlqueue.store` (no Kombu there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from kombu_sqlqueue.store import JobStore, NewJob, Receipt, StoreOptions
+from kombu_sqlqueue.store.laravel_tables import (
+    MAX_LARAVEL_ATTEMPTS,
+    ExceptionCounter,
+    LaravelRow,
+    LaravelTableStore,
+)
+
+from .exceptions import LaravelBridgeError
+
+Layout = Literal["laravel", "askr"]
+LAYOUTS: tuple[Layout, ...] = ("laravel", "askr")
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedJob:
+    """One reservation of a job: ``attempts`` already counts it (Laravel's rule)."""
+
+    id: int
+    queue: str
+    payload: str
+    attempts: int
+    #: The layout's fence for settling this reservation.
+    handle: object
+
+
+@dataclass(frozen=True, slots=True)
+class PushJob:
+    """A payload to store: ``delay`` in seconds; ``uuid`` is the payload's."""
+
+    queue: str
+    payload: str
+    delay: float = 0.0
+    uuid: str | None = None
+
+
+class JobTable(Protocol):
+    """What the worker and the dispatcher need of a job table. Settlements are fenced:
+    each returns False, writing nothing, when the reservation is no longer the holder's."""
+
+    layout: Layout
+
+    def push(self, job: PushJob) -> int:
+        """Store one job; return its id."""
+        ...
+
+    def push_many(self, jobs: Sequence[PushJob]) -> int:
+        """Store jobs with multi-row INSERTs in one transaction; return how many."""
+        ...
+
+    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
+        """Reserve the next ready job of ``queue``, counting the attempt; None if none."""
+        ...
+
+    def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
+        """Settle as done, storing ``then`` (a chain's next job) in the same transaction."""
+        ...
+
+    def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
+        """Make the job ready again after ``delay`` s; ``refund`` gives the attempt back."""
+        ...
+
+    def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
+        """Move the job to the failed table with ``exception`` as the reason."""
+        ...
+
+    def size(self, queue: str) -> int:
+        """Jobs on ``queue`` (by the layout's own rule)."""
+        ...
+
+    def wait(self, seconds: float, queues: Collection[str]) -> None:
+        """Idle for up to ``seconds`` (less when the database can say a job arrived)."""
+        ...
+
+    def exception_counter(self) -> ExceptionCounter:
+        """The shared ``maxExceptions`` counts (created on first use)."""
+        ...
+
+    def close(self) -> None:
+        """Close the table's connections."""
+        ...
+
+
+class _CounterMixin:
+    _url: str
+    _options: StoreOptions
+    _counter: ExceptionCounter | None = None
+
+    def exception_counter(self) -> ExceptionCounter:
+        if self._counter is None:
+            self._counter = ExceptionCounter(self._url, options=self._options)
+        return self._counter
+
+    def _close_counter(self) -> None:
+        if self._counter is not None:
+            self._counter.close()
+
+
+class LaravelLayout(_CounterMixin):
+    """Laravel's ``jobs``/``failed_jobs`` (names configurable)."""
+
+    layout: Layout = "laravel"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        jobs_table: str = "jobs",
+        failed_table: str = "failed_jobs",
+        options: StoreOptions | None = None,
+    ) -> None:
+        self._url, self._options = url, options or StoreOptions()
+        self.store = LaravelTableStore(
+            url, jobs_table=jobs_table, failed_table=failed_table, options=self._options
+        )
+
+    def push(self, job: PushJob) -> int:
+        return self.store.push(job.queue, job.payload, job.delay)
+
+    def push_many(self, jobs: Sequence[PushJob]) -> int:
+        return self.store.push_many([(j.queue, j.payload, j.delay) for j in jobs])
+
+    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
+        row = self.store.pop(queue, retry_after)
+        if row is None:
+            return None
+        return ReservedJob(row.id, row.queue, row.payload, row.attempts, row)
+
+    def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
+        return self.store.delete(_row(job), [(j.queue, j.payload, j.delay) for j in then])
+
+    def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
+        row = _row(job)
+        return self.store.release(row, delay, row.attempts - 1 if refund else None)
+
+    def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
+        return self.store.fail(_row(job), connection, uuid, exception)
+
+    def size(self, queue: str) -> int:
+        return self.store.size(queue)
+
+    def wait(self, seconds: float, queues: Collection[str]) -> None:
+        _sleep(seconds)
+
+    def close(self) -> None:
+        self.store.close()
+        self._close_counter()
+
+
+class AskrLayout(_CounterMixin):
+    """Contract v1's ``askr_jobs``/``askr_failed_jobs`` holding Laravel payloads.
+
+    Rows are stamped ``max_attempts`` 255 — the Laravel worker rules (tries,
+    retryUntil) decide before that, and contract v1's claim dead-letters a row
+    past it, so even a job released forever is bounded.
+    """
+
+    layout: Layout = "askr"
+
+    def __init__(self, url: str, *, options: StoreOptions | None = None) -> None:
+        self._url, self._options = url, options or StoreOptions()
+        self.store = JobStore(url, self._options)
+
+    @staticmethod
+    def _new(job: PushJob) -> NewJob:
+        return NewJob(
+            job.queue,
+            job.payload.encode("utf-8", "surrogateescape"),
+            delay=job.delay,
+            max_attempts=MAX_LARAVEL_ATTEMPTS,
+            uuid=job.uuid,
+        )
+
+    def push(self, job: PushJob) -> int:
+        return self.store.enqueue(self._new(job))
+
+    def push_many(self, jobs: Sequence[PushJob]) -> int:
+        return len(self.store.enqueue_many([self._new(j) for j in jobs]))
+
+    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
+        claimed = self.store.claim(queue, 1, retry_after).jobs
+        if not claimed:
+            return None
+        job = claimed[0]
+        payload = job.payload.decode("utf-8", "surrogateescape")
+        return ReservedJob(job.id, job.queue, payload, job.attempts, job.receipt)
+
+    def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
+        if not then:
+            return self.store.ack(_receipt(job))
+        return self.store.ack_and_enqueue(_receipt(job), [self._new(j) for j in then])
+
+    def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
+        if refund:
+            return self.store.return_job(_receipt(job), delay)
+        return self.store.release(_receipt(job), delay)
+
+    def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
+        # askr_failed_jobs has no connection column; its uuid is the row's own.
+        return self.store.dead_letter(_receipt(job), exception)
+
+    def size(self, queue: str) -> int:
+        return self.store.size(queue)
+
+    def wait(self, seconds: float, queues: Collection[str]) -> None:
+        self.store.wait_for_jobs(seconds, queues)
+
+    def close(self) -> None:
+        self.store.close()
+        self._close_counter()
+
+
+def _row(job: ReservedJob) -> LaravelRow:
+    assert isinstance(job.handle, LaravelRow), "a reservation of another layout"
+    return job.handle
+
+
+def _receipt(job: ReservedJob) -> Receipt:
+    assert isinstance(job.handle, Receipt), "a reservation of another layout"
+    return job.handle
+
+
+def _sleep(seconds: float) -> None:
+    import time
+
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def open_table(
+    url: str,
+    layout: str = "laravel",
+    *,
+    jobs_table: str = "jobs",
+    failed_table: str = "failed_jobs",
+    create_tables: bool = True,
+) -> JobTable:
+    """Open the job table of ``layout`` at ``url`` (an SQLAlchemy URL: ``sqlite:///app.db``,
+    ``postgresql://…``, ``mysql://…``)."""
+    options = StoreOptions(create_tables=create_tables)
+    if layout == "laravel":
+        return LaravelLayout(url, jobs_table=jobs_table, failed_table=failed_table, options=options)
+    if layout == "askr":
+        return AskrLayout(url, options=options)
+    raise LaravelBridgeError(f"unknown layout {layout!r}; use one of: {', '.join(LAYOUTS)}")

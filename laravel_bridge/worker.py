@@ -1,0 +1,563 @@
+"""A Python worker for Laravel jobs, with the rules of ``Illuminate\\Queue\\Worker`` (8.83).
+
+One loop, one job at a time, as ``php artisan queue:work`` runs:
+
+1. Each sweep checks the queues in the order given (``--queue high,default``)
+   and reserves the first ready job (the attempt is counted at reservation).
+2. A payload that cannot be read — not JSON, no ``job``, no ``uuid``, an
+   undecodable or undecryptable command — goes to the failed table with the
+   reason. (Laravel 8 would report it and retry it forever or drop it.)
+3. Laravel's ``markJobAsFailedIfAlreadyExceedsMaxAttempts``: with a
+   ``retryUntil`` in the payload the time decides and tries do not; otherwise
+   ``attempts > maxTries`` (the payload's, else ``--tries``; 0 = unlimited)
+   fails the job before it runs.
+4. The handler registered for the job's class runs, with the job's
+   ``timeout`` (else ``--timeout``). Success deletes the job — and dispatches
+   the next job of a chain in the same transaction. An exception (or a
+   timeout) fails the job when ``retryUntil`` passed, when attempts reached
+   ``maxTries``, when ``maxExceptions`` is reached, or on a timeout with
+   ``failOnTimeout``; otherwise it is released with the ``backoff`` for this
+   attempt (the payload's list, else ``--backoff``).
+
+Safety cap: a job is failed once its attempts pass ``attempts_cap`` (255,
+what Laravel's ``jobs.attempts`` column holds) whatever its ``retryUntil``
+says, and a job released with no backoff again and again is logged as a
+warning each time from the third attempt on — never a silent hot loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+import traceback
+import uuid as uuid_module
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, Literal
+
+from kombu_sqlqueue.exceptions import SqlQueueError
+
+from .encryption import Encrypter
+from .exceptions import LaravelBridgeError, PayloadError
+from .handlers import REGISTRY, Handler, HandlerRegistry
+from .payload import CALL_QUEUED_HANDLER, JobCommand, Payload
+from .tables import JobTable, PushJob, ReservedJob
+
+logger = logging.getLogger(__name__)
+
+UnknownJobPolicy = Literal["release", "fail"]
+
+
+class JobTimedOut(BaseException):
+    """The job ran past its timeout.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so a handler's
+    ``except Exception`` does not swallow it.
+    """
+
+
+class MaxAttemptsExceeded(LaravelBridgeError):
+    """A job has been attempted too many times or ran too long."""
+
+
+class MalformedJob(LaravelBridgeError):
+    """A stored job cannot be read: it goes to the failed table with this reason."""
+
+
+@dataclass
+class WorkerOptions:
+    """``php artisan queue:work``'s options, with its defaults."""
+
+    #: Queues to work, checked in this order on every sweep.
+    queues: Sequence[str] = ("default",)
+    #: The Laravel connection name written to ``failed_jobs.connection``.
+    connection: str = "database"
+    #: ``--tries``: attempts before a job fails when its payload has no maxTries (0 = no limit).
+    tries: int = 1
+    #: ``--backoff``: seconds before a retry, or a list by attempt, when the payload has none.
+    backoff: Sequence[int] = (0,)
+    #: ``--timeout``: seconds a job may run when its payload has no timeout (0 = no limit).
+    timeout: int = 60
+    #: ``--sleep``: seconds to wait when no queue has a job.
+    sleep: float = 3.0
+    #: ``--rest``: seconds to wait after each job.
+    rest: float = 0.0
+    #: ``--max-jobs`` / ``--max-time``: stop after that many jobs / seconds (0 = never).
+    max_jobs: int = 0
+    max_time: float = 0.0
+    #: ``--once`` / ``--stop-when-empty``.
+    once: bool = False
+    stop_when_empty: bool = False
+    #: The connection's ``retry_after``: a reservation older than this is taken over.
+    retry_after: int = 90
+    #: A job whose class has no handler: ``release`` it (attempt refunded) after
+    #: ``unknown_delay`` seconds, for another worker that knows it, or ``fail`` it.
+    unknown_jobs: UnknownJobPolicy = "release"
+    unknown_delay: float = 60.0
+    #: Fail any job whose attempts pass this, retryUntil or not (Laravel's column limit).
+    attempts_cap: int = 255
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise LaravelBridgeError("give at least one queue to work")
+        if self.unknown_jobs not in ("release", "fail"):
+            raise LaravelBridgeError(
+                f"unknown_jobs must be 'release' or 'fail', got {self.unknown_jobs!r}"
+            )
+        for name in ("tries", "timeout", "max_jobs", "retry_after", "attempts_cap"):
+            if getattr(self, name) < 0:
+                raise LaravelBridgeError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.sleep < 0 or self.rest < 0 or self.max_time < 0 or self.unknown_delay < 0:
+            raise LaravelBridgeError("sleep, rest, max_time and unknown_delay must be >= 0")
+
+
+@dataclass
+class Job:
+    """What a handler receives: one delivery of a Laravel job.
+
+    ``properties`` are the command's own properties by plain name (visibility
+    stripped) as Python values; ``command`` is the decoded object (None for a
+    job pushed without one). A handler may call :meth:`release`, :meth:`fail`
+    or :meth:`delete`; otherwise returning settles the job as done.
+    """
+
+    id: int
+    name: str
+    queue: str
+    attempts: int
+    uuid: str
+    payload: Payload
+    command: JobCommand | None
+    properties: dict[str, Any]
+    #: Set by :meth:`release` / :meth:`fail` / :meth:`delete`.
+    outcome: tuple[str, Any] | None = field(default=None, repr=False)
+
+    def release(self, delay: float = 0) -> None:
+        """Put the job back on its queue after ``delay`` seconds (the attempt counts)."""
+        self.outcome = ("release", delay)
+
+    def fail(self, reason: BaseException | str | None = None) -> None:
+        """Fail the job now: it goes to the failed table."""
+        self.outcome = ("fail", reason)
+
+    def delete(self) -> None:
+        """Settle the job as done (what returning does)."""
+        self.outcome = ("delete", None)
+
+
+@dataclass
+class _Parsed:
+    name: str
+    uuid: str
+    payload: Payload
+    command: JobCommand | None
+    properties: dict[str, Any]
+
+
+def exception_text(exc: BaseException) -> str:
+    """The failed table's ``exception`` column: ``Type: message`` first (as PHP's
+    ``(string) $exception`` starts), then the traceback."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else (f"{kind.__module__}.{kind.__qualname__}")
+    )
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    return f"{name}: {exc}\n\n{trace}"
+
+
+class Worker:
+    """Runs Laravel jobs from a :class:`~laravel_bridge.tables.JobTable` with Python handlers.
+
+    ``output`` receives the console lines ``php artisan queue:work`` prints
+    (``[2024-05-06 07:08:09][12] Processing: App\\Jobs\\X``); log records go to
+    the ``laravel_bridge.worker`` logger.
+    """
+
+    def __init__(
+        self,
+        table: JobTable,
+        options: WorkerOptions | None = None,
+        *,
+        handlers: HandlerRegistry | None = None,
+        app_key: str | None = None,
+        cipher: str = "AES-256-CBC",
+        output: Callable[[str], None] | None = None,
+    ) -> None:
+        self.table = table
+        self.options = options or WorkerOptions()
+        self.handlers = handlers if handlers is not None else REGISTRY
+        self.encrypter = Encrypter(app_key, cipher) if app_key else None
+        self.output = output
+        self.should_quit = False
+        self.jobs_processed = 0
+        self._stop = threading.Event()
+        self.clock: Callable[[], float] = time.time
+
+    # -- the loop -----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish the current job, settle it, then return from :meth:`run` (SIGTERM does this)."""
+        self.should_quit = True
+        self._stop.set()
+
+    def run(self) -> int:
+        """Work until stopped (or ``once`` / ``stop_when_empty`` / ``max_*`` say so); return the
+        exit status (0)."""
+        opts = self.options
+        with self._signals():
+            started = time.monotonic()
+            while not self.should_quit:
+                job = self.process_next()
+                if opts.once:
+                    break
+                if job and opts.rest > 0:
+                    self._idle(opts.rest)
+                if not job:
+                    if opts.stop_when_empty:
+                        break
+                    self._idle(opts.sleep)
+                if opts.max_jobs and self.jobs_processed >= opts.max_jobs:
+                    break
+                if opts.max_time and time.monotonic() - started >= opts.max_time:
+                    break
+        return 0
+
+    def process_next(self) -> bool:
+        """Reserve and run at most one job; True if one was found."""
+        job = self.pop()
+        if job is None:
+            return False
+        self.jobs_processed += 1
+        self.process(job)
+        return True
+
+    def pop(self) -> ReservedJob | None:
+        """One sweep: the first ready job of the queues, in their order."""
+        for queue in self.options.queues:
+            job = self.table.pop(queue, self.options.retry_after)
+            if job is not None:
+                return job
+        return None
+
+    def _idle(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.table.wait(min(left, 0.5), self.options.queues)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            logger.info("received %s: stopping after the current job", signal.Signals(signum).name)
+            self.stop()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    # -- one job --------------------------------------------------------------------
+
+    def _line(self, job: ReservedJob, status: str, name: str) -> None:
+        if self.output is not None:
+            stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+            self.output(f"[{stamp}][{job.id}] {status + ':':<11} {name}")
+
+    def _parse(self, job: ReservedJob) -> _Parsed:
+        try:
+            payload = Payload.parse(job.payload)
+        except PayloadError as exc:
+            raise MalformedJob(str(exc)) from exc
+        uuid = payload.uuid
+        if not isinstance(uuid, str) or not uuid:
+            raise MalformedJob("payload has no 'uuid'")
+        command: JobCommand | None = None
+        if payload.job == CALL_QUEUED_HANDLER:
+            try:
+                command = payload.command(self.encrypter)
+            except LaravelBridgeError as exc:
+                raise MalformedJob(f"cannot decode data.command: {exc}") from exc
+            name = payload.command_name or command.class_name
+            properties = command.properties
+        else:
+            # A job pushed as "Class@method" with plain data (Queue::push('Class', $data)).
+            name = payload.job.split("@", 1)[0]
+            data = payload.data.get("data")
+            properties = dict(data) if isinstance(data, dict) else {"data": data}
+        for key in ("maxTries", "maxExceptions", "timeout", "retryUntil"):
+            value = payload.data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise MalformedJob(f"payload {key} is {value!r}, not an integer")
+        try:
+            payload.backoff  # noqa: B018 — validates the backoff text
+        except PayloadError as exc:
+            raise MalformedJob(str(exc)) from exc
+        return _Parsed(name, uuid, payload, command, properties)
+
+    def process(self, job: ReservedJob) -> None:
+        """Run one reserved job and settle it (Laravel's ``Worker::process``)."""
+        try:
+            parsed = self._parse(job)
+        except MalformedJob as exc:
+            self._fail_malformed(job, exc)
+            return
+        self._line(job, "Processing", parsed.name)
+        handler = self.handlers.get(parsed.name)
+        try:
+            self._fail_if_already_exceeded(job, parsed)
+        except MaxAttemptsExceeded as exc:
+            self._fail(job, parsed, exc, handler)
+            return
+        if handler is None:
+            self._unknown(job, parsed)
+            return
+        context = Job(
+            job.id,
+            parsed.name,
+            job.queue,
+            job.attempts,
+            parsed.uuid,
+            parsed.payload,
+            parsed.command,
+            parsed.properties,
+        )
+        timeout = (
+            parsed.payload.timeout if parsed.payload.timeout is not None else (self.options.timeout)
+        )
+        try:
+            with self._time_limit(timeout):
+                handler.handle(context)
+        except JobTimedOut as exc:
+            self._after_exception(job, parsed, exc, handler, timed_out=True)
+            return
+        except Exception as exc:
+            self._after_exception(job, parsed, exc, handler, timed_out=False)
+            return
+        self._after_success(job, parsed, context, handler)
+
+    # -- outcomes -------------------------------------------------------------------
+
+    def _after_success(
+        self, job: ReservedJob, parsed: _Parsed, context: Job, handler: Handler
+    ) -> None:
+        outcome = context.outcome
+        if outcome is not None and outcome[0] == "release":
+            self._release(job, parsed, float(outcome[1]))
+            return
+        if outcome is not None and outcome[0] == "fail":
+            reason = outcome[1]
+            exc = (
+                reason
+                if isinstance(reason, BaseException)
+                else LaravelBridgeError(str(reason or "the handler failed the job"))
+            )
+            self._fail(job, parsed, exc, handler)
+            return
+        then = self._next_in_chain(parsed)
+        if self._settled(self.table.delete(job, then), "delete", job, parsed):
+            self._line(job, "Processed", parsed.name)
+            if then:
+                logger.info("dispatched the next job of %s's chain", parsed.name)
+
+    def _after_exception(
+        self,
+        job: ReservedJob,
+        parsed: _Parsed,
+        exc: BaseException,
+        handler: Handler,
+        *,
+        timed_out: bool,
+    ) -> None:
+        """Laravel's ``handleJobException`` (and, for a timeout, its SIGALRM handler)."""
+        logger.error(
+            "%s (job %s, attempt %d) raised: %s",
+            parsed.name,
+            job.id,
+            job.attempts,
+            exc,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        payload = parsed.payload
+        max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
+        retry_until = payload.retry_until
+        reason: BaseException = exc
+        if timed_out:
+            reason = MaxAttemptsExceeded(
+                f"{parsed.name} has been attempted too many times or run too long. "
+                "The job may have previously timed out."
+            )
+            reason.__cause__ = exc
+        if retry_until and retry_until <= self.clock():
+            self._fail(job, parsed, reason, handler)
+            return
+        if not retry_until and max_tries > 0 and job.attempts >= max_tries:
+            self._fail(job, parsed, reason, handler)
+            return
+        if self._max_exceptions_reached(parsed):
+            self._fail(job, parsed, reason, handler)
+            return
+        if timed_out and payload.fail_on_timeout:
+            self._fail(job, parsed, reason, handler)
+            return
+        self._release(job, parsed, self._backoff(job, parsed))
+
+    def _fail_if_already_exceeded(self, job: ReservedJob, parsed: _Parsed) -> None:
+        payload = parsed.payload
+        too_many = MaxAttemptsExceeded(
+            f"{parsed.name} has been attempted too many times or run too long. "
+            "The job may have previously timed out."
+        )
+        if job.attempts > self.options.attempts_cap > 0:
+            raise MaxAttemptsExceeded(
+                f"{parsed.name} reached the worker's safety cap of "
+                f"{self.options.attempts_cap} attempts"
+            )
+        max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
+        retry_until = payload.retry_until
+        if retry_until:
+            if self.clock() <= retry_until:
+                return
+            raise too_many
+        if max_tries == 0 or job.attempts <= max_tries:
+            return
+        raise too_many
+
+    def _max_exceptions_reached(self, parsed: _Parsed) -> bool:
+        limit = parsed.payload.max_exceptions
+        if limit is None:
+            return False
+        try:
+            counter = self.table.exception_counter()
+            if counter.increment(parsed.uuid) < limit:
+                return False
+            counter.forget(parsed.uuid)
+        except SqlQueueError as exc:  # counting is best effort, like Laravel's cache
+            logger.warning("could not count exceptions of %s: %s", parsed.uuid, exc)
+            return False
+        return True
+
+    def _backoff(self, job: ReservedJob, parsed: _Parsed) -> int:
+        """Laravel's ``calculateBackoff``: the entry for this attempt, else the last."""
+        backoff = parsed.payload.backoff or list(self.options.backoff) or [0]
+        index = job.attempts - 1
+        return int(backoff[index] if 0 <= index < len(backoff) else backoff[-1])
+
+    def _release(self, job: ReservedJob, parsed: _Parsed, delay: float) -> None:
+        if not self._settled(self.table.release(job, delay), "release", job, parsed):
+            return
+        level = logging.WARNING if delay <= 0 and job.attempts >= 3 else logging.INFO
+        logger.log(
+            level,
+            "released %s (job %s) after attempt %d; ready again in %s s%s",
+            parsed.name,
+            job.id,
+            job.attempts,
+            delay,
+            " — no backoff: give the job a backoff, tries or retryUntil"
+            if level == logging.WARNING
+            else "",
+        )
+
+    def _fail(
+        self, job: ReservedJob, parsed: _Parsed, exc: BaseException, handler: Handler | None
+    ) -> None:
+        text = exception_text(exc)
+        if not self._settled(
+            self.table.fail(job, self.options.connection, parsed.uuid, text), "fail", job, parsed
+        ):
+            return
+        self._line(job, "Failed", parsed.name)
+        logger.warning("%s (job %s) failed: %s", parsed.name, job.id, exc)
+        if handler is not None and handler.on_failure is not None:
+            try:
+                handler.on_failure(parsed.properties, exc, parsed.uuid)
+            except Exception:  # an observer never changes the outcome
+                logger.exception("the failure hook of %s raised", parsed.name)
+
+    def _fail_malformed(self, job: ReservedJob, exc: MalformedJob) -> None:
+        """Move an unreadable job to the failed table; a uuid is made if it has none."""
+        try:
+            uuid = Payload.parse(job.payload).uuid
+        except PayloadError:
+            uuid = None
+        if not isinstance(uuid, str) or not uuid:
+            uuid = str(uuid_module.uuid4())
+        reason = f"{MalformedJob.__module__}.MalformedJob: {exc}"
+        if self.table.fail(job, self.options.connection, uuid, reason):
+            logger.warning(
+                "job %s on %r is malformed, moved to failed jobs: %s", job.id, job.queue, exc
+            )
+            self._line(job, "Failed", "(malformed job)")
+        else:
+            logger.warning("job %s is malformed, and its reservation was taken over", job.id)
+
+    def _unknown(self, job: ReservedJob, parsed: _Parsed) -> None:
+        if self.options.unknown_jobs == "fail":
+            exc = LaravelBridgeError(f"no handler is registered for {parsed.name}")
+            self._fail(job, parsed, exc, None)
+            return
+        delay = self.options.unknown_delay
+        if self._settled(self.table.release(job, delay, refund=True), "release", job, parsed):
+            logger.warning(
+                "no handler for %s (job %s): released for %s s with its attempt refunded",
+                parsed.name,
+                job.id,
+                delay,
+            )
+
+    def _settled(self, ok: bool, operation: str, job: ReservedJob, parsed: _Parsed) -> bool:
+        if not ok:
+            logger.warning(
+                "%s of %s (job %s, attempt %d) was stale: its reservation lapsed and was "
+                "taken over; nothing written",
+                operation,
+                parsed.name,
+                job.id,
+                job.attempts,
+            )
+        return ok
+
+    def _next_in_chain(self, parsed: _Parsed) -> list[PushJob]:
+        """Queueable::dispatchNextJobInChain, run after a job of a chain succeeded."""
+        if parsed.command is None:
+            return []
+        from .dispatch import chain_successor
+
+        encrypter = self.encrypter if parsed.payload.is_encrypted else None
+        successor = chain_successor(parsed.command, encrypter)
+        return [] if successor is None else [successor]
+
+    # -- time limits ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _time_limit(self, seconds: int) -> Iterator[None]:
+        """Raise :class:`JobTimedOut` in the handler after ``seconds`` (main thread only)."""
+        if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_alarm(_signum: int, _frame: FrameType | None) -> None:
+            raise JobTimedOut(f"the job ran longer than its timeout of {seconds} s")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)

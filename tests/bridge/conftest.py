@@ -1,0 +1,34 @@
+"""Fixtures for laravel_bridge's worker and dispatch, on every engine and both layouts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from laravel_bridge import HandlerRegistry, LaravelQueue
+from laravel_bridge.tables import JobTable, open_table
+
+APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="  # 32 bytes
+
+
+@pytest.fixture(params=["laravel", "askr"])
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def table(db_url: str, layout: str) -> Iterator[JobTable]:
+    t = open_table(db_url, layout)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def queue(db_url: str, table: JobTable) -> Iterator[LaravelQueue]:
+    yield LaravelQueue(db_url, table.layout, app_key=APP_KEY, table=table)
+
+
+@pytest.fixture
+def registry() -> HandlerRegistry:
+    return HandlerRegistry()

@@ -1,0 +1,187 @@
+"""Laravel's jobs/failed_jobs tables with Laravel's database-queue rules, on every engine."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch
+from kombu_sqlqueue.store import StoreOptions
+from kombu_sqlqueue.store.laravel_tables import LaravelTableStore
+
+NOW = 1_800_000_000
+
+
+@pytest.fixture
+def lstore(db_url: str) -> Iterator[LaravelTableStore]:
+    s = LaravelTableStore(db_url)
+    s.clock = lambda: NOW
+    yield s
+    s.close()
+
+
+def rows(db_url: str, table: str = "jobs") -> list[dict[str, object]]:
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))]
+    finally:
+        engine.dispose()
+
+
+def test_push_writes_laravels_row(lstore: LaravelTableStore, db_url: str) -> None:
+    job_id = lstore.push("mail", '{"uuid":"u1"}', delay=2.5)
+    (row,) = rows(db_url)
+    assert row["id"] == job_id
+    assert row["queue"] == "mail"
+    assert row["payload"] == '{"uuid":"u1"}'
+    assert row["attempts"] == 0
+    assert row["reserved_at"] is None
+    assert row["available_at"] == NOW + 3  # a delay is a floor: rounded up
+    assert row["created_at"] == NOW
+
+
+def test_pop_reserves_oldest_and_counts_the_attempt(lstore: LaravelTableStore, db_url: str) -> None:
+    first = lstore.push("q", "a")
+    lstore.push("q", "b")
+    lstore.push("other", "c")
+    row = lstore.pop("q", retry_after=90)
+    assert row is not None
+    assert (row.id, row.payload, row.attempts, row.reserved_at) == (first, "a", 1, NOW)
+    stored = {r["id"]: r for r in rows(db_url)}[first]
+    assert (stored["attempts"], stored["reserved_at"]) == (1, NOW)
+    second = lstore.pop("q", retry_after=90)
+    assert second is not None and second.payload == "b"
+    assert lstore.pop("q", retry_after=90) is None
+
+
+def test_delayed_job_waits(lstore: LaravelTableStore) -> None:
+    lstore.push("q", "later", delay=10)
+    assert lstore.pop("q", 90) is None
+    lstore.clock = lambda: NOW + 10
+    row = lstore.pop("q", 90)
+    assert row is not None and row.payload == "later"
+
+
+def test_reservation_older_than_retry_after_is_taken_over(lstore: LaravelTableStore) -> None:
+    lstore.push("q", "p")
+    held = lstore.pop("q", 90)
+    assert held is not None
+    lstore.clock = lambda: NOW + 89
+    assert lstore.pop("q", 90) is None
+    lstore.clock = lambda: NOW + 90
+    taken = lstore.pop("q", 90)
+    assert taken is not None and taken.id == held.id and taken.attempts == 2
+    # The first holder's settlements are stale now: nothing is written.
+    assert lstore.delete(held) is False
+    assert lstore.release(held, 0) is False
+    assert lstore.fail(held, "database", "u", "late") is False
+    assert lstore.size("q") == 1
+    assert lstore.failed_jobs() == []
+    assert lstore.delete(taken) is True
+    assert lstore.size("q") == 0
+
+
+def test_release_deletes_and_reinserts_with_same_payload_and_attempts(
+    lstore: LaravelTableStore, db_url: str
+) -> None:
+    lstore.push("q", "payload")
+    held = lstore.pop("q", 90)
+    assert held is not None
+    assert lstore.release(held, delay=7) is True
+    (row,) = rows(db_url)
+    assert row["id"] != held.id  # Laravel re-inserts
+    assert (row["payload"], row["attempts"], row["reserved_at"]) == ("payload", 1, None)
+    assert row["available_at"] == NOW + 7
+    again = lstore.pop("q", 90)
+    assert again is None  # delayed
+    lstore.clock = lambda: NOW + 7
+    again = lstore.pop("q", 90)
+    assert again is not None and again.attempts == 2
+
+
+def test_release_with_refund_gives_the_attempt_back(lstore: LaravelTableStore, db_url: str) -> None:
+    lstore.push("q", "p")
+    held = lstore.pop("q", 90)
+    assert held is not None
+    assert lstore.release(held, 0, attempts=held.attempts - 1)
+    assert rows(db_url)[0]["attempts"] == 0
+
+
+def test_fail_writes_failed_jobs_like_laravels_failer(
+    lstore: LaravelTableStore, db_url: str
+) -> None:
+    payload = '{"uuid":"9b1d…","job":"x"}'
+    lstore.push("emails", payload)
+    held = lstore.pop("emails", 90)
+    assert held is not None
+    assert lstore.fail(held, "database", "9b1d-uuid", "RuntimeError: boom\n\ntrace") is True
+    assert rows(db_url) == []
+    (failed,) = rows(db_url, "failed_jobs")
+    assert failed["uuid"] == "9b1d-uuid"
+    assert failed["connection"] == "database"
+    assert failed["queue"] == "emails"
+    assert failed["payload"] == payload
+    assert failed["exception"] == "RuntimeError: boom\n\ntrace"
+    # Y-m-d H:i:s in UTC (Laravel's default app timezone).
+    assert re.fullmatch(r"2027-01-15 08:00:00", str(failed["failed_at"]))
+
+
+def test_delete_then_pushes_in_the_same_transaction(lstore: LaravelTableStore) -> None:
+    lstore.push("q", "first")
+    held = lstore.pop("q", 90)
+    assert held is not None
+    assert lstore.delete(held, then=[("next", "second", 0.0)]) is True
+    nxt = lstore.pop("next", 90)
+    assert nxt is not None and (nxt.payload, nxt.attempts) == ("second", 1)
+    # A stale delete pushes nothing.
+    assert lstore.delete(held, then=[("next", "dup", 0.0)]) is False
+    assert lstore.size("next") == 1
+
+
+def test_size_counts_reserved_rows_like_laravel(lstore: LaravelTableStore) -> None:
+    lstore.push("q", "a")
+    lstore.push("q", "b", delay=60)
+    lstore.pop("q", 90)
+    assert lstore.size("q") == 2
+
+
+def test_push_many_inserts_every_row(lstore: LaravelTableStore) -> None:
+    assert lstore.push_many([("bulk", f"p{i}", 0.0) for i in range(2500)]) == 2500
+    assert lstore.size("bulk") == 2500
+    seen = []
+    while (row := lstore.pop("bulk", 90)) is not None and len(seen) < 3:
+        seen.append(row.payload)
+    assert seen == ["p0", "p1", "p2"]
+
+
+def test_table_names_are_configurable(db_url: str) -> None:
+    s = LaravelTableStore(db_url, jobs_table="queue_jobs", failed_table="queue_failed")
+    try:
+        s.push("q", "x")
+        held = s.pop("q", 90)
+        assert held is not None
+        s.fail(held, "database", "u-1", "e")
+        assert len(rows(db_url, "queue_failed")) == 1
+        assert rows(db_url, "queue_jobs") == []
+    finally:
+        s.close()
+
+
+def test_missing_tables_are_named(db_url: str) -> None:
+    s = LaravelTableStore(db_url, options=StoreOptions(create_tables=False))
+    try:
+        with pytest.raises(SchemaMismatch, match="table jobs does not exist"):
+            s.push("q", "x")
+    finally:
+        s.close()
+
+
+def test_bad_table_and_queue_names_are_refused(db_url: str, lstore: LaravelTableStore) -> None:
+    with pytest.raises(ConfigurationError, match="table name"):
+        LaravelTableStore(db_url, jobs_table="jobs; DROP TABLE x")
+    with pytest.raises(InvalidQueueName):
+        lstore.push("", "x")
