@@ -1,0 +1,35 @@
+"""The runnable example of docs/laravel-queue.md keeps working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_runs_php_and_python_jobs(tmp_path: Path, php: str) -> None:
+    if not Path("/usr/share/php/Illuminate/autoload.php").exists():
+        message = "Laravel is not installed (apt-get install php-laravel-framework)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples/laravel_queue/run.py"), str(tmp_path / "demo.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "PHP (Laravel 8.83) dispatched App\\Jobs\\ResizeImage" in out
+    assert "resize /img/cat.png to 640px" in out  # dispatched by Python
+    assert "resize /img/dog.png to 1280px" in out  # dispatched by PHP
+    assert "invoice 7 sent to ada@example.com" in out
+    assert "invoice 8 failed for good" in out
+    assert "failed_jobs:" in out and "ValueError: the invoice has no email address" in out
