@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from . import php_serialize
 from .encryption import Encrypter
 from .exceptions import DecryptError, PayloadError, PhpSerializeError
-from .php_serialize import PhpObject
+from .php_serialize import PhpObject, plain_name
 
 #: The handler Laravel names in ``job`` for every queued command object.
 CALL_QUEUED_HANDLER = "Illuminate\\Queue\\CallQueuedHandler@call"
@@ -229,6 +229,13 @@ class JobCommand:
         which is the order PHP writes for a class using those traits.
         """
         props: dict[str | int, Any] = {k: to_php(v) for k, v in (properties or {}).items()}
+        reserved = (*QUEUEABLE_PROPERTIES, "job") if interacts_with_queue else QUEUEABLE_PROPERTIES
+        clash = [k for k in props if isinstance(k, str) and plain_name(k) in reserved]
+        if clash:
+            raise PayloadError(
+                f"{', '.join(map(str, clash))} belong to Laravel's Queueable traits, not the job: "
+                "pass them as options (queue=, connection=, delay=, chained= …)"
+            )
         if interacts_with_queue:
             props["job"] = None
         props.update(

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from laravel_harness import Laravel
+from laravel_harness import PDO_DRIVERS, Laravel, LaravelQueueHarness
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +29,30 @@ def laravel(php: str, tmp_path_factory: pytest.TempPathFactory) -> Laravel:
 def dispatched(laravel: Laravel) -> dict[str, dict[str, Any]]:
     """Payload rows Laravel itself wrote for each job case in ``php/jobs.php``."""
     return laravel.dispatch()
+
+
+@pytest.fixture(scope="session")
+def pdo_drivers(php: str) -> set[str]:
+    out = subprocess.run(
+        [php, "-r", "echo implode(',', PDO::getAvailableDrivers());"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return set(out.split(","))
+
+
+@pytest.fixture
+def queue(
+    laravel: Laravel, php: str, pdo_drivers: set[str], engine_name: str, db_url: str, tmp_path: Path
+) -> LaravelQueueHarness:
+    """The harness on a fresh, migrated database of each engine."""
+    if PDO_DRIVERS[engine_name] not in pdo_drivers:
+        message = f"PHP has no pdo_{PDO_DRIVERS[engine_name]} (apt-get install php-pgsql php-mysql)"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    harness = LaravelQueueHarness(php, db_url, tmp_path / "runs.jsonl")
+    harness.migrate()
+    return harness

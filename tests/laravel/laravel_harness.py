@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 HARNESS = Path(__file__).resolve().parent / "php" / "harness.php"
+#: The PDO driver PHP needs for each engine of tests/conftest.py.
+PDO_DRIVERS = {"sqlite": "sqlite", "postgresql": "pgsql", "mysql": "mysql"}
 APP_KEY = "base64:" + base64.b64encode(bytes(range(32))).decode()
 
 
@@ -38,3 +44,245 @@ class Laravel:
         db.touch()
         out = self.run("dispatch", str(db), APP_KEY)
         return {row["case"]: row for row in map(json.loads, out.splitlines())}
+
+    def queue(self, db_url: str, log: Path | None = None) -> LaravelQueueHarness:
+        """Laravel's real queue (``php/queue_harness.php``) on the database at ``db_url``."""
+        return LaravelQueueHarness(self.php, db_url, log or self.workdir / "runs.jsonl")
+
+
+QUEUE_HARNESS = Path(__file__).resolve().parent / "php" / "queue_harness.php"
+
+#: A ``work`` status line as WorkCommand::writeStatus prints it (without the console tags).
+STATUS_LINE = re.compile(
+    r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]\[(?P<id>\d+)\] "
+    r"(?P<status>Processing|Processed|Failed): +(?P<name>.+)$"
+)
+
+_DRIVERS = {"sqlite": "sqlite", "postgresql": "pgsql", "mysql": "mysql", "mariadb": "mysql"}
+_DEFAULT_PORTS = {"pgsql": 5432, "mysql": 3306}
+
+
+def laravel_connection(sqlalchemy_url: str) -> dict[str, Any]:
+    """The CONN object ``queue_harness.php`` takes (a Laravel ``database.connections`` entry).
+
+    ``sqlite:///relative.db`` (made absolute), ``sqlite:////abs.db``, ``postgresql[+driver]://``
+    and ``mysql[+driver]://`` / ``mariadb[+driver]://``; default ports; empty password.
+    """
+    url = make_url(sqlalchemy_url)
+    backend = url.get_backend_name()
+    driver = _DRIVERS.get(backend)
+    if driver is None:
+        raise ValueError(f"no Laravel driver for {backend!r} ({sqlalchemy_url})")
+    if driver == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise ValueError("the PHP and Python processes need a SQLite file, not :memory:")
+        return {"driver": "sqlite", "database": os.path.abspath(url.database)}
+    conn: dict[str, Any] = {
+        "driver": driver,
+        "host": url.host or "127.0.0.1",
+        "port": url.port or _DEFAULT_PORTS[driver],
+        "database": url.database or "",
+        "username": url.username or "",
+        "password": url.password or "",
+    }
+    charset = url.query.get("charset")
+    if isinstance(charset, str):
+        conn["charset"] = charset
+    return conn
+
+
+@dataclass
+class WorkResult:
+    """What one ``queue_harness.php work`` run printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def statuses(self) -> list[dict[str, Any]]:
+        """The status lines: ``{"time", "id" (int), "status", "name"}``, in order."""
+        return parse_status_lines(self.stdout)
+
+
+def parse_status_lines(text: str) -> list[dict[str, Any]]:
+    found = []
+    for line in text.split("\n"):
+        m = STATUS_LINE.match(line)
+        if m:
+            found.append({**m.groupdict(), "id": int(m["id"])})
+    return found
+
+
+@dataclass
+class LaravelQueueHarness:
+    """Laravel 8.83's real queue (dispatcher, DatabaseQueue, Worker, failer) on one database.
+
+    ``log`` is the ``QUEUE_HARNESS_LOG`` file every PHP job's ``handle()`` appends a line to.
+    """
+
+    php: str
+    db_url: str
+    log: Path
+    app_key: str = APP_KEY
+    timeout: float = 60
+
+    @property
+    def conn(self) -> dict[str, Any]:
+        return laravel_connection(self.db_url)
+
+    def command(self, *args: str, with_key: bool = False) -> list[str]:
+        key = [self.app_key] if with_key else []
+        return [self.php, str(QUEUE_HARNESS), args[0], json.dumps(self.conn), *key, *args[1:]]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "QUEUE_HARNESS_LOG": str(self.log)}
+
+    def run(
+        self, *args: str, with_key: bool = False, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            self.command(*args, with_key=with_key),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=self.timeout,
+            env=self.env(),
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"queue_harness {args[0]} exited {done.returncode}: {done.stderr or done.stdout}"
+            )
+        return done
+
+    def json_lines(self, *args: str, with_key: bool = False, stdin: str | None = None) -> list[Any]:
+        out = self.run(*args, with_key=with_key, stdin=stdin).stdout
+        return [json.loads(line) for line in out.split("\n") if line.strip()]
+
+    def migrate(self) -> None:
+        """Create ``jobs``, ``failed_jobs`` (Laravel 8.83's stubs) and ``users``; idempotent."""
+        self.run("migrate")
+
+    def info(self) -> dict[str, Any]:
+        """``{"driver", "server_version", "lock_for_popping"}`` of DatabaseQueue here."""
+        return dict(self.json_lines("info")[0])
+
+    def dispatch(self, *cases: str) -> dict[str, dict[str, Any]]:
+        """Dispatch cases from ``php/jobs.php`` (default: every ``worker_cases()`` case).
+
+        Per case: ``{"case", "id", "uuid", "queue", "payload", "class", "props", "available_at",
+        "created_at"}``, in dispatch order.
+        """
+        return {row["case"]: row for row in self.dispatch_rows(*cases)}
+
+    def dispatch_rows(self, *cases: str) -> list[dict[str, Any]]:
+        """Like ``dispatch`` but one row per dispatch (a case may be named several times)."""
+        return self.json_lines("dispatch", *cases, with_key=True)
+
+    def work_args(
+        self,
+        *,
+        queue: str | list[str] | None = None,
+        once: bool = False,
+        stop_when_empty: bool = False,
+        tries: int | None = None,
+        backoff: int | None = None,
+        timeout: int | None = None,
+        sleep: float | None = 0,
+        max_jobs: int | None = None,
+        max_time: int | None = None,
+    ) -> list[str]:
+        args = []
+        if queue is not None:
+            args.append("--queue=" + (queue if isinstance(queue, str) else ",".join(queue)))
+        if once:
+            args.append("--once")
+        if stop_when_empty:
+            args.append("--stop-when-empty")
+        for name, value in [
+            ("tries", tries),
+            ("backoff", backoff),
+            ("timeout", timeout),
+            ("sleep", sleep),
+            ("max-jobs", max_jobs),
+            ("max-time", max_time),
+        ]:
+            if value is not None:
+                args.append(f"--{name}={value}")
+        return args
+
+    def work(
+        self,
+        *,
+        queue: str | list[str] | None = None,
+        once: bool = False,
+        stop_when_empty: bool = True,
+        tries: int | None = None,
+        backoff: int | None = None,
+        timeout: int | None = None,
+        sleep: float | None = 0,
+        max_jobs: int | None = None,
+        max_time: int | None = None,
+        process_timeout: float | None = None,
+    ) -> WorkResult:
+        """``php artisan queue:work database …`` until it exits (``--stop-when-empty`` by default).
+
+        ``sleep`` defaults to 0 (WorkCommand's default, 3, only slows the empty-queue exit).
+        A non-zero exit is returned, not raised: a job past its timeout SIGKILLs the worker.
+        """
+        args = self.work_args(
+            queue=queue,
+            once=once,
+            stop_when_empty=stop_when_empty and not once,
+            tries=tries,
+            backoff=backoff,
+            timeout=timeout,
+            sleep=sleep,
+            max_jobs=max_jobs,
+            max_time=max_time,
+        )
+        done = subprocess.run(
+            self.command("work", *args, with_key=True),
+            capture_output=True,
+            text=True,
+            timeout=process_timeout or self.timeout,
+            env=self.env(),
+            check=False,
+        )
+        return WorkResult(done.returncode, done.stdout, done.stderr)
+
+    def start_work(self, **options: Any) -> subprocess.Popen[str]:
+        """Start ``work`` in the background (same options as ``work_args``; stdout/stderr piped).
+
+        Stop it with ``proc.send_signal(signal.SIGTERM)`` (the Worker finishes its current job
+        and exits 0), then ``proc.communicate()``; ``parse_status_lines`` reads its stdout.
+        """
+        return subprocess.Popen(
+            self.command("work", *self.work_args(**options), with_key=True),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env(),
+        )
+
+    def retry(self, *uuids: str) -> list[dict[str, Any]]:
+        """``php artisan queue:retry UUID…`` (or ``"all"``): per id ``{"uuid", "retried", …}``."""
+        return self.json_lines("retry", *uuids, with_key=True)
+
+    def failed(self) -> list[dict[str, Any]]:
+        """``queue:failed``, newest first: ``{"uuid", "connection", "queue", "class", "failed_at",
+        "exception" (first line), "payload"}``."""
+        return self.json_lines("failed")
+
+    def push_raw(self, payload: str, queue: str | None = None) -> int:
+        """``Queue::connection('database')->pushRaw($payload, $queue)``; the new jobs row id."""
+        args = ["push-raw"] if queue is None else ["push-raw", queue]
+        return int(self.json_lines(*args, stdin=payload)[0]["id"])
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every line the jobs' ``handle()`` logged (both runners, if they share the file)."""
+        if not self.log.exists():
+            return []
+        text = self.log.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.split("\n") if line.strip()]

@@ -1,0 +1,439 @@
+<?php
+// Laravel 8.83's REAL queue machinery (Bus dispatcher, DatabaseQueue, Worker, CallQueuedHandler,
+// DatabaseUuidFailedJobProvider) without a full Laravel app, on SQLite, PostgreSQL or MariaDB,
+// for the interop tests where a Python worker and Laravel's worker share one `jobs` table.
+//
+// CONN is one JSON argument: {"driver":"sqlite","database":"/path.db"} or
+// {"driver":"pgsql"|"mysql","host":"127.0.0.1","port":N,"database":"x","username":"u","password":""}.
+// The DB connection is named 'default'; the QUEUE connection is named 'database' (driver database,
+// table jobs, queue default, retry_after 90) and is the default queue connection.
+//
+//   migrate  CONN                      jobs + failed_jobs (Laravel 8.83's stubs) + users; idempotent
+//   dispatch CONN APP_KEY [CASE ...]   Bus Dispatcher::dispatch() each case (default: all of
+//                                      worker_cases()); one JSON line per case:
+//                                      {case,id,uuid,queue,payload,class,props,available_at,created_at}
+//   work     CONN APP_KEY [--queue=a,b] [--once] [--stop-when-empty] [--tries=N] [--backoff=N]
+//                         [--timeout=N] [--sleep=N] [--max-jobs=N] [--max-time=N] [--memory=N]
+//                         [--rest=N] [--name=N] [--force]
+//                                      what `php artisan queue:work database …` does; prints
+//                                      WorkCommand's status lines (without <info> tags)
+//   retry    CONN APP_KEY UUID...|all  what `php artisan queue:retry` does; one JSON line per id
+//   failed   CONN                      failed_jobs as `queue:failed` lists them, one JSON line each
+//   push-raw CONN QUEUE                pushRaw() the payload read on stdin; prints {"id": N}
+//   info     CONN                      {"driver","server_version","lock_for_popping"}
+//
+// Job classes and cases: jobs.php. Their handle() appends a JSON line to $QUEUE_HARNESS_LOG.
+error_reporting(E_ALL & ~E_DEPRECATED);
+date_default_timezone_set('UTC');
+require '/usr/share/php/Illuminate/autoload.php';
+require_once '/usr/share/php/Carbon/autoload.php';
+require_once __DIR__ . '/jobs.php';
+
+use Illuminate\Bus\Dispatcher as BusDispatcher;
+use Illuminate\Cache\ArrayStore;
+use Illuminate\Cache\Repository as CacheRepository;
+use Illuminate\Container\Container;
+use Illuminate\Contracts\Debug\ExceptionHandler;
+use Illuminate\Database\Capsule\Manager as DB;
+use Illuminate\Encryption\Encrypter;
+use Illuminate\Events\Dispatcher as EventDispatcher;
+use Illuminate\Queue\Capsule\Manager as QueueCapsule;
+use Illuminate\Queue\Events\JobFailed;
+use Illuminate\Queue\Events\JobProcessed;
+use Illuminate\Queue\Events\JobProcessing;
+use Illuminate\Queue\Events\JobRetryRequested;
+use Illuminate\Queue\Failed\DatabaseUuidFailedJobProvider;
+use Illuminate\Queue\Worker;
+use Illuminate\Queue\WorkerOptions;
+use Illuminate\Support\Carbon;
+use Illuminate\Support\Facades\Facade;
+use Illuminate\Support\Str;
+
+const QUEUE_CONNECTION = 'database';
+
+/** Reports exceptions on stderr (Laravel's handler would log them). */
+class StderrExceptionHandler implements ExceptionHandler
+{
+    public function report(Throwable $e)
+    {
+        fwrite(STDERR, sprintf("[report] %s: %s at %s:%d\n", get_class($e), $e->getMessage(),
+            $e->getFile(), $e->getLine()));
+    }
+
+    public function shouldReport(Throwable $e) { return true; }
+
+    public function render($request, Throwable $e) { throw $e; }
+
+    public function renderForConsole($output, Throwable $e) { $this->report($e); }
+}
+
+function fail_usage(string $message): never
+{
+    fwrite(STDERR, $message . "\n");
+    exit(2);
+}
+
+function out(array $row): void
+{
+    echo json_encode($row, \App\Jobs\HARNESS_JSON), "\n";
+}
+
+function key_bytes(string $key): string
+{
+    return str_starts_with($key, 'base64:') ? base64_decode(substr($key, 7)) : $key;
+}
+
+/** Laravel's default config/database.php entry for the driver, overridden by CONN. */
+function db_config(string $json): array
+{
+    $conn = json_decode($json, true);
+    if (! is_array($conn) || ! isset($conn['driver'])) {
+        fail_usage("CONN must be a JSON object with a driver: {$json}");
+    }
+    $defaults = match ($conn['driver']) {
+        'sqlite' => ['prefix' => '', 'foreign_key_constraints' => true],
+        'pgsql' => ['host' => '127.0.0.1', 'port' => 5432, 'username' => '', 'password' => '',
+            'charset' => 'utf8', 'prefix' => '', 'prefix_indexes' => true, 'schema' => 'public',
+            'sslmode' => 'prefer'],
+        'mysql' => ['host' => '127.0.0.1', 'port' => 3306, 'username' => '', 'password' => '',
+            'unix_socket' => '', 'charset' => 'utf8mb4', 'collation' => 'utf8mb4_unicode_ci',
+            'prefix' => '', 'prefix_indexes' => true, 'strict' => true, 'engine' => null],
+        default => fail_usage("unsupported driver {$conn['driver']}"),
+    };
+    $config = array_merge($defaults, $conn);
+    if ($config['driver'] === 'sqlite' && $config['database'] !== ':memory:'
+        && ! file_exists($config['database'])) {
+        touch($config['database']);  // Laravel's SQLiteConnector refuses a missing file
+    }
+    return $config;
+}
+
+/**
+ * What Laravel's service providers (database, queue, bus, events, encryption, cache) would
+ * register, with the container as the global app.
+ */
+function boot(string $connJson, ?string $appKey = null): Container
+{
+    $container = new Container;
+    Container::setInstance($container);
+    Facade::setFacadeApplication($container);
+    $container->instance(Illuminate\Contracts\Container\Container::class, $container);
+
+    $events = new EventDispatcher($container);
+    $container->instance('events', $events);
+    $container->instance(Illuminate\Contracts\Events\Dispatcher::class, $events);
+
+    $db = new DB($container);
+    $db->addConnection(db_config($connJson), 'default');
+    $db->setEventDispatcher($events);
+    $db->setAsGlobal();
+    $db->bootEloquent();
+    $container->instance('db', $db->getDatabaseManager());
+    $container->instance(Illuminate\Database\ConnectionResolverInterface::class, $db->getDatabaseManager());
+
+    if ($appKey !== null) {
+        $encrypter = new Encrypter(key_bytes($appKey), 'AES-256-CBC');
+        $container->instance('encrypter', $encrypter);
+        $container->instance(Illuminate\Contracts\Encryption\Encrypter::class, $encrypter);
+        $container->instance(Illuminate\Contracts\Encryption\StringEncrypter::class, $encrypter);
+    }
+
+    $cache = new CacheRepository(new ArrayStore);
+    $container->instance('cache.store', $cache);
+    $container->instance(Illuminate\Contracts\Cache\Repository::class, $cache);
+
+    $queue = new QueueCapsule($container);
+    $queue->addConnection(['driver' => 'database', 'table' => 'jobs', 'queue' => 'default',
+        'retry_after' => 90, 'after_commit' => false], QUEUE_CONNECTION);
+    $container['config']['queue.default'] = QUEUE_CONNECTION;
+    $container['config']['queue.failed'] = ['driver' => 'database-uuids', 'database' => 'default',
+        'table' => 'failed_jobs'];
+    $manager = $queue->getQueueManager();
+    $container->instance('queue', $manager);
+    $container->instance(Illuminate\Contracts\Queue\Factory::class, $manager);
+    $container->instance(Illuminate\Contracts\Queue\Monitor::class, $manager);
+    $container->instance('queue.failer',
+        new DatabaseUuidFailedJobProvider($container['db'], 'default', 'failed_jobs'));
+
+    // BusServiceProvider: the dispatcher behind dispatch(), Job::dispatch() and chains.
+    $bus = new BusDispatcher($container, function ($connection = null) use ($container) {
+        return $container[Illuminate\Contracts\Queue\Factory::class]->connection($connection);
+    });
+    $container->instance(BusDispatcher::class, $bus);
+    $container->instance(Illuminate\Contracts\Bus\Dispatcher::class, $bus);
+    $container->instance(Illuminate\Contracts\Bus\QueueingDispatcher::class, $bus);
+
+    $handler = new StderrExceptionHandler;
+    $container->instance(ExceptionHandler::class, $handler);
+
+    // QueueServiceProvider::registerWorker (no maintenance mode, no log context).
+    $container->singleton('queue.worker', function ($app) {
+        return new Worker($app['queue'], $app['events'], $app[ExceptionHandler::class],
+            fn () => false,
+            function () use ($app) {
+                $app->forgetScopedInstances();
+                return Facade::clearResolvedInstances();
+            });
+    });
+    return $container;
+}
+
+function migrate(): void
+{
+    $schema = DB::schema();
+    // Laravel 8.83's Illuminate/Queue/Console/stubs/jobs.stub
+    if (! $schema->hasTable('jobs')) {
+        $schema->create('jobs', function ($table) {
+            $table->bigIncrements('id');
+            $table->string('queue')->index();
+            $table->longText('payload');
+            $table->unsignedTinyInteger('attempts');
+            $table->unsignedInteger('reserved_at')->nullable();
+            $table->unsignedInteger('available_at');
+            $table->unsignedInteger('created_at');
+        });
+    }
+    // Laravel 8.83's Illuminate/Queue/Console/stubs/failed_jobs.stub
+    if (! $schema->hasTable('failed_jobs')) {
+        $schema->create('failed_jobs', function ($table) {
+            $table->id();
+            $table->string('uuid')->unique();
+            $table->text('connection');
+            $table->text('queue');
+            $table->longText('payload');
+            $table->longText('exception');
+            $table->timestamp('failed_at')->useCurrent();
+        });
+    }
+    // The users table harness.php makes (for SerializesModels cases).
+    if (! $schema->hasTable('users')) {
+        $schema->create('users', function ($table) {
+            $table->bigIncrements('id');
+            $table->string('name');
+        });
+        DB::table('users')->insert(['id' => 7, 'name' => 'Ada']);
+    }
+}
+
+function all_cases(): array
+{
+    return \App\Jobs\worker_cases() + \App\Jobs\failing_cases() + \App\Jobs\job_cases();
+}
+
+/** Illuminate\Foundation\Bus\PendingDispatch::__destruct → Bus Dispatcher::dispatch, keeping the id. */
+function dispatch_cases(Container $container, array $names): void
+{
+    $cases = all_cases();
+    $names = $names ?: array_keys(\App\Jobs\worker_cases());
+    foreach ($names as $name) {
+        if (! isset($cases[$name])) {
+            fail_usage("unknown case {$name}; known: " . implode(', ', array_keys($cases)));
+        }
+    }
+    foreach ($names as $name) {
+        $job = $cases[$name];
+        $props = \App\Jobs\job_props($job);
+        $id = $container[Illuminate\Contracts\Bus\Dispatcher::class]->dispatch($job);
+        $row = DB::table('jobs')->where('id', $id)->first();
+        out([
+            'case' => $name,
+            'id' => (int) $id,
+            'uuid' => json_decode($row->payload, true)['uuid'],
+            'queue' => $row->queue,
+            'payload' => $row->payload,
+            'class' => get_class($job),
+            'props' => (object) $props,
+            'available_at' => (int) $row->available_at,
+            'created_at' => (int) $row->created_at,
+        ]);
+    }
+}
+
+function parse_options(array $args, array $defaults, array $flags): array
+{
+    $options = $defaults;
+    foreach ($flags as $flag) {
+        $options[$flag] = false;
+    }
+    foreach ($args as $arg) {
+        if (! str_starts_with($arg, '--')) {
+            fail_usage("unexpected argument {$arg}");
+        }
+        [$name, $value] = array_pad(explode('=', substr($arg, 2), 2), 2, null);
+        if (in_array($name, $flags, true) && $value === null) {
+            $options[$name] = true;
+        } elseif (array_key_exists($name, $defaults) && $value !== null) {
+            $options[$name] = $value;
+        } else {
+            fail_usage("unknown option {$arg}");
+        }
+    }
+    return $options;
+}
+
+/** Illuminate\Queue\Console\WorkCommand::handle for the 'database' connection. */
+function work(Container $container, array $args): int
+{
+    // WorkCommand's signature defaults (strings, as Symfony Console hands them over).
+    $option = parse_options($args, ['name' => 'default', 'queue' => null, 'delay' => '0',
+        'backoff' => '0', 'max-jobs' => '0', 'max-time' => '0', 'memory' => '128', 'sleep' => '3',
+        'rest' => '0', 'timeout' => '60', 'tries' => '1'], ['once', 'stop-when-empty', 'force']);
+
+    // WorkCommand::listenForEvents / writeOutput / writeStatus / logFailedJob
+    $writeStatus = function ($job, string $status) {
+        fwrite(STDOUT, sprintf("[%s][%s] %s %s\n", Carbon::now()->format('Y-m-d H:i:s'),
+            $job->getJobId(), str_pad("{$status}:", 11), $job->resolveName()));
+    };
+    $events = $container['events'];
+    $events->listen(JobProcessing::class, fn ($event) => $writeStatus($event->job, 'Processing'));
+    $events->listen(JobProcessed::class, fn ($event) => $writeStatus($event->job, 'Processed'));
+    $events->listen(JobFailed::class, function ($event) use ($writeStatus, $container) {
+        $writeStatus($event->job, 'Failed');
+        $container['queue.failer']->log($event->connectionName, $event->job->getQueue(),
+            $event->job->getRawBody(), $event->exception);
+    });
+
+    // WorkCommand::getQueue
+    $queue = $option['queue'] ?: ($container['config']['queue.connections.' . QUEUE_CONNECTION]['queue']
+        ?? 'default');
+
+    // WorkCommand::gatherWorkerOptions
+    $options = new WorkerOptions($option['name'], max($option['backoff'], $option['delay']),
+        $option['memory'], $option['timeout'], $option['sleep'], $option['tries'], $option['force'],
+        $option['stop-when-empty'], $option['max-jobs'], $option['max-time'], $option['rest']);
+
+    // WorkCommand::runWorker
+    $status = $container['queue.worker']->setName($option['name'])
+        ->setCache($container[Illuminate\Contracts\Cache\Repository::class])
+        ->{$option['once'] ? 'runNextJob' : 'daemon'}(QUEUE_CONNECTION, $queue, $options);
+    return is_int($status) ? $status : 0;
+}
+
+/** Illuminate\Queue\Console\RetryCommand::handle / retryJob / resetAttempts / refreshRetryUntil. */
+function retry(Container $container, array $ids): void
+{
+    $failer = $container['queue.failer'];
+    if (count($ids) === 1 && $ids[0] === 'all') {
+        $ids = Illuminate\Support\Arr::pluck($failer->all(), 'id');
+    }
+    foreach (array_values(array_filter(array_unique($ids))) as $id) {
+        $job = $failer->find($id);
+        if (is_null($job)) {
+            out(['uuid' => $id, 'retried' => false,
+                'message' => "Unable to find failed job with ID [{$id}]."]);
+            continue;
+        }
+        $container['events']->dispatch(new JobRetryRequested($job));
+        $payload = refresh_retry_until($container, reset_attempts($job->payload));
+        $newId = $container['queue']->connection($job->connection)->pushRaw($payload, $job->queue);
+        $failer->forget($id);
+        out(['uuid' => $id, 'retried' => true, 'id' => (int) $newId,
+            'connection' => $job->connection, 'queue' => $job->queue, 'payload' => $payload,
+            'message' => "The failed job [{$id}] has been pushed back onto the queue!"]);
+    }
+}
+
+function reset_attempts($payload)
+{
+    $payload = json_decode($payload, true);
+    if (isset($payload['attempts'])) {
+        $payload['attempts'] = 0;
+    }
+    return json_encode($payload);
+}
+
+function refresh_retry_until(Container $container, $payload)
+{
+    $payload = json_decode($payload, true);
+    if (! isset($payload['data']['command'])) {
+        return json_encode($payload);
+    }
+    if (Str::startsWith($payload['data']['command'], 'O:')) {
+        $instance = unserialize($payload['data']['command']);
+    } elseif ($container->bound(Illuminate\Contracts\Encryption\Encrypter::class)) {
+        $instance = unserialize($container->make(Illuminate\Contracts\Encryption\Encrypter::class)
+            ->decrypt($payload['data']['command']));
+    }
+    if (! isset($instance)) {
+        throw new RuntimeException('Unable to extract job payload.');
+    }
+    if (is_object($instance) && ! $instance instanceof \__PHP_Incomplete_Class
+        && method_exists($instance, 'retryUntil')) {
+        $retryUntil = $instance->retryUntil();
+        $payload['retryUntil'] = $retryUntil instanceof DateTimeInterface
+            ? $retryUntil->getTimestamp() : $retryUntil;
+    }
+    return json_encode($payload);
+}
+
+/** Illuminate\Queue\Console\ListFailedCommand::getFailedJobs / parseFailedJob / extractJobName. */
+function failed(Container $container): void
+{
+    foreach ($container['queue.failer']->all() as $failed) {
+        $failed = (array) $failed;
+        $payload = json_decode($failed['payload'], true);
+        $class = null;
+        if ($payload && ! isset($payload['data']['command'])) {
+            $class = $payload['job'] ?? null;
+        } elseif ($payload && isset($payload['data']['command'])) {
+            preg_match('/"([^"]+)"/', $payload['data']['command'], $matches);
+            $class = $matches[1] ?? $payload['job'] ?? null;
+        }
+        out([
+            'uuid' => $failed['id'],
+            'connection' => $failed['connection'],
+            'queue' => $failed['queue'],
+            'class' => $class ?: '',
+            'failed_at' => (string) $failed['failed_at'],
+            'exception' => strtok((string) $failed['exception'], "\n"),
+            'payload' => $failed['payload'],
+        ]);
+    }
+}
+
+function info(Container $container): void
+{
+    $queue = $container['queue']->connection(QUEUE_CONNECTION);
+    $pdo = $queue->getDatabase()->getPdo();
+    $lock = new ReflectionMethod($queue, 'getLockForPopping');
+    $lock->setAccessible(true);
+    out([
+        'driver' => $pdo->getAttribute(PDO::ATTR_DRIVER_NAME),
+        'server_version' => $pdo->getAttribute(PDO::ATTR_SERVER_VERSION),
+        'lock_for_popping' => $lock->invoke($queue),
+    ]);
+}
+
+$cmd = $argv[1] ?? '';
+$conn = $argv[2] ?? fail_usage(
+    'usage: queue_harness.php migrate|dispatch|work|retry|failed|push-raw|info CONN …');
+switch ($cmd) {
+    case 'migrate':
+        boot($conn);
+        migrate();
+        break;
+    case 'dispatch':
+        dispatch_cases(boot($conn, $argv[3] ?? fail_usage('dispatch CONN APP_KEY [CASE …]')),
+            array_slice($argv, 4));
+        break;
+    case 'work':
+        exit(work(boot($conn, $argv[3] ?? fail_usage('work CONN APP_KEY [--option …]')),
+            array_slice($argv, 4)));
+    case 'retry':
+        retry(boot($conn, $argv[3] ?? fail_usage('retry CONN APP_KEY UUID…')), array_slice($argv, 4));
+        break;
+    case 'failed':
+        failed(boot($conn));
+        break;
+    case 'push-raw':
+        $container = boot($conn);
+        $id = $container['queue']->connection(QUEUE_CONNECTION)
+            ->pushRaw(stream_get_contents(STDIN), $argv[3] ?? null);
+        out(['id' => (int) $id]);
+        break;
+    case 'info':
+        info(boot($conn));
+        break;
+    default:
+        fail_usage("unknown command {$cmd}");
+}
