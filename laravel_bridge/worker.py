@@ -211,6 +211,10 @@ class Worker:
         """Work until stopped (or ``once`` / ``stop_when_empty`` / ``max_*`` say so); return the
         exit status (0)."""
         opts = self.options
+        if opts.timeout and threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "the worker runs outside the main thread: job timeouts cannot be enforced"
+            )
         with self._signals():
             started = time.monotonic()
             while not self.should_quit:
@@ -290,10 +294,10 @@ class Worker:
         if payload.job == CALL_QUEUED_HANDLER:
             try:
                 command = payload.command(self.encrypter)
+                properties = command.properties
             except LaravelBridgeError as exc:
                 raise MalformedJob(f"cannot decode data.command: {exc}") from exc
             name = payload.command_name or command.class_name
-            properties = command.properties
         else:
             # A job pushed as "Class@method" with plain data (Queue::push('Class', $data)).
             name = payload.job.split("@", 1)[0]

@@ -388,3 +388,27 @@ def test_console_lines_match_queue_work(
     assert len(lines) == 4
     for line, pattern in zip(lines, expected, strict=True):
         assert __import__("re").fullmatch(pattern, line), line
+
+
+def test_command_with_an_unreadable_date_is_malformed(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    from laravel_bridge import PhpObject, dumps
+
+    bad_date = PhpObject(
+        "Carbon\\Carbon", {"date": "yesterday", "timezone_type": 3, "timezone": "UTC"}
+    )
+    command = dumps(PhpObject("App\\Jobs\\X", {"when": bad_date})).decode()
+    payload = json.dumps(
+        {
+            "uuid": "u-date",
+            "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+            "data": {"commandName": "App\\Jobs\\X", "command": command},
+        }
+    )
+    registry.register("App\\Jobs\\X", lambda j: None)
+    queue.table.push(PushJob("default", payload))
+    make_worker(queue.table, registry, clock).run()
+    (row,) = failed(queue.table)
+    assert "cannot decode data.command" in row["exception"]
+    assert "bad serialized date" in row["exception"]
