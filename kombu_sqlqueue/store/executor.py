@@ -188,6 +188,20 @@ class Executor:
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc}") from exc
 
+    def run_schema(self, work: Callable[[sa.Connection], None]) -> None:
+        """Run schema work (``CREATE TABLE``…) in one SQLAlchemy transaction under the
+        engine's schema lock, so processes starting at once do not collide; retried while
+        the database is busy."""
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                with self.sa_errors(), self.db.begin() as conn, self.engine.schema_lock(conn):
+                    work(conn)
+                return
+            except StoreBusyError:
+                if attempt == BUSY_RETRIES:
+                    raise
+                time.sleep(0.05 * 2**attempt)
+
     def wrap(self, exc: BaseException) -> StoreError:
         """Our exception for a driver error."""
         if self.engine.is_busy_error(exc):

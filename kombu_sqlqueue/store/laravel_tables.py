@@ -40,8 +40,8 @@ from typing import Any, ClassVar, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
-from ..exceptions import ConfigurationError, SchemaMismatch, StoreBusyError
-from .executor import BUSY_RETRIES, Tx
+from ..exceptions import ConfigurationError, SchemaMismatch
+from .executor import Tx
 from .names import validate_queue_name
 from .store import StoreOptions, open_database
 
@@ -235,19 +235,9 @@ class LaravelTableStore:
 
     def create_schema(self) -> None:
         """Create ``jobs`` and ``failed_jobs`` if absent (idempotent, safe across processes)."""
-        for attempt in range(BUSY_RETRIES + 1):
-            try:
-                with (
-                    self._exec.sa_errors(),
-                    self._db.begin() as conn,
-                    self.engine.schema_lock(conn),
-                ):
-                    self.jobs_table.metadata.create_all(conn, checkfirst=True)
-                return
-            except StoreBusyError:
-                if attempt == BUSY_RETRIES:
-                    raise
-                time.sleep(0.05 * 2**attempt)
+        self._exec.run_schema(
+            lambda conn: self.jobs_table.metadata.create_all(conn, checkfirst=True)
+        )
 
     def verify_schema(self) -> None:
         """Raise :class:`SchemaMismatch` unless both tables have Laravel's columns."""
@@ -454,8 +444,9 @@ class ExceptionCounter:
     def increment(self, uuid: str) -> int:
         """Count one more exception of job ``uuid``; return the count."""
         if not self._ready:
-            with self._exec.sa_errors(), self._db.begin() as conn, self.engine.schema_lock(conn):
-                self.table.metadata.create_all(conn, checkfirst=True)
+            self._exec.run_schema(
+                lambda conn: self.table.metadata.create_all(conn, checkfirst=True)
+            )
             self._ready = True
         now = int(self.clock())
         params = {"id": uuid, "now": now, "expires_at": now + self.TTL}

@@ -32,13 +32,12 @@ from ..exceptions import (
     ConfigurationError,
     InvalidURL,
     SchemaMismatch,
-    StoreBusyError,
 )
 from .engines import ENGINES, BaseEngine
 from .engines.base import Listener
 from .engines.postgresql import SYNCHRONOUS_COMMIT_MODES
 from .engines.sqlite import SYNCHRONOUS_MODES
-from .executor import BUSY_RETRIES, Executor, Tx
+from .executor import Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
 from .names import validate_queue_name
 from .schema import ADDITIVE_JOB_COLUMNS, CONTRACT_JOB_COLUMNS, FAILED_TABLE, JOBS_TABLE
@@ -182,20 +181,12 @@ class JobStore:
 
         Idempotent and safe to run from many processes at once.
         """
-        for attempt in range(BUSY_RETRIES + 1):
-            try:
-                with (
-                    self._exec.sa_errors(),
-                    self._db.begin() as conn,
-                    self.engine.schema_lock(conn),
-                ):
-                    self.engine.metadata.create_all(conn, checkfirst=True)
-                    self._add_missing_columns(conn)
-                break
-            except StoreBusyError:
-                if attempt == BUSY_RETRIES:
-                    raise
-                time.sleep(0.05 * 2**attempt)
+
+        def work(conn: sa.Connection) -> None:
+            self.engine.metadata.create_all(conn, checkfirst=True)
+            self._add_missing_columns(conn)
+
+        self._exec.run_schema(work)
         self.verify_schema()
 
     def _add_missing_columns(self, conn: sa.Connection) -> None:
