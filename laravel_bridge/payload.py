@@ -39,13 +39,17 @@ QUEUEABLE_PROPERTIES = (
 MODEL_IDENTIFIER = "Illuminate\\Contracts\\Database\\ModelIdentifier"
 CARBON_CLASSES = ("Carbon\\Carbon", "Carbon\\CarbonImmutable", "DateTime", "DateTimeImmutable")
 
-_ESCAPE_PHP = str.maketrans({"/": "\\/", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+#: One encoder for every payload (``json.dumps`` with options builds a new one per call).
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def laravel_json(value: Any) -> str:
     """``json_encode($value, JSON_UNESCAPED_UNICODE)`` as PHP writes it."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.translate(_ESCAPE_PHP)
+    text = _JSON.encode(value).replace("/", "\\/")
+    # str.replace is several times faster than translate; the separators are rare.
+    if "\u2028" in text or "\u2029" in text:
+        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text
 
 
 # -- values inside commands ----------------------------------------------------------------

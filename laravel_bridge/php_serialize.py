@@ -542,6 +542,11 @@ def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
         raise PhpSerializeError(f"a string cannot be written as UTF-8: {exc}") from exc
 
 
+#: ``s:N:"key";`` of string keys seen before: property names repeat in every job.
+_KEY_TOKENS: dict[str, bytes] = {}
+_KEY_TOKENS_MAX = 4096
+
+
 def _dumps(value: Any, max_depth: int) -> bytes:
     out: list[bytes] = []
     append = out.append
@@ -558,8 +563,13 @@ def _dumps(value: Any, max_depth: int) -> bytes:
             else:
                 kt = type(key)
                 if kt is str:
-                    raw = key.encode("utf-8", "surrogateescape")
-                    append(b's:%d:"%s";' % (len(raw), raw))
+                    encoded = _KEY_TOKENS.get(key)
+                    if encoded is None:
+                        raw = key.encode("utf-8", "surrogateescape")
+                        encoded = b's:%d:"%s";' % (len(raw), raw)
+                        if len(_KEY_TOKENS) < _KEY_TOKENS_MAX and len(raw) <= 64:
+                            _KEY_TOKENS[key] = encoded
+                    append(encoded)
                 elif kt is int:
                     if not INT_MIN <= key <= INT_MAX:
                         raise PhpSerializeError(f"integer key {key} does not fit PHP's 64-bit int")
