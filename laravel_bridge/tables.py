@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from kombu_sqlqueue.store import JobStore, NewJob, Receipt, StoreOptions
+from kombu_sqlqueue.store import ClaimedJob, JobStore, NewJob, Receipt, StoreOptions
 from kombu_sqlqueue.store.laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
     ExceptionCounter,
@@ -72,6 +72,13 @@ class JobTable(Protocol):
 
     def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
         """Settle as done, storing ``then`` (a chain's next job) in the same transaction."""
+        ...
+
+    def delete_and_pop(
+        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+    ) -> tuple[bool, ReservedJob | None]:
+        """:meth:`delete`, then :meth:`pop` the first of ``queues`` with a job, in one
+        transaction (one commit for a finished job and the next). (deleted, next job)."""
         ...
 
     def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
@@ -147,6 +154,16 @@ class LaravelLayout(_CounterMixin):
     def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
         return self.store.delete(_row(job), [(j.queue, j.payload, j.delay) for j in then])
 
+    def delete_and_pop(
+        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+    ) -> tuple[bool, ReservedJob | None]:
+        deleted, row = self.store.delete_and_pop(
+            _row(job), [(j.queue, j.payload, j.delay) for j in then], queues, retry_after
+        )
+        if row is None:
+            return deleted, None
+        return deleted, ReservedJob(row.id, row.queue, row.payload, row.attempts, row)
+
     def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
         row = _row(job)
         return self.store.release(row, delay, row.attempts - 1 if refund else None)
@@ -199,14 +216,25 @@ class AskrLayout(_CounterMixin):
         claimed = self.store.claim(queue, 1, retry_after).jobs
         if not claimed:
             return None
-        job = claimed[0]
-        payload = job.payload.decode("utf-8", "surrogateescape")
-        return ReservedJob(job.id, job.queue, payload, job.attempts, job.receipt)
+        return self._reserved(claimed[0])
 
     def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
         if not then:
             return self.store.ack(_receipt(job))
         return self.store.ack_and_enqueue(_receipt(job), [self._new(j) for j in then])
+
+    def delete_and_pop(
+        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+    ) -> tuple[bool, ReservedJob | None]:
+        acked, claimed = self.store.ack_and_claim(
+            _receipt(job), [self._new(j) for j in then], queues, retry_after
+        )
+        return acked, None if claimed is None else self._reserved(claimed)
+
+    @staticmethod
+    def _reserved(job: ClaimedJob) -> ReservedJob:
+        payload = job.payload.decode("utf-8", "surrogateescape")
+        return ReservedJob(job.id, job.queue, payload, job.attempts, job.receipt)
 
     def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
         if refund:

@@ -199,6 +199,11 @@ class Worker:
         self.jobs_processed = 0
         self._stop = threading.Event()
         self.clock: Callable[[], float] = time.time
+        #: The job reserved in the transaction that settled the last one (see _settle_done).
+        self._next: ReservedJob | None = None
+        #: Reserve the next job in the same transaction as a finished one's delete.
+        self.prefetch = True
+        self._finishing = False
 
     # -- the loop -----------------------------------------------------------------
 
@@ -231,11 +236,21 @@ class Worker:
                     break
                 if opts.max_time and time.monotonic() - started >= opts.max_time:
                     break
+            # A job reserved together with the last settlement runs and settles before the
+            # worker stops (seed 004: a reserved job is never left to lapse on shutdown).
+            self._finishing = True
+            try:
+                while self._next is not None:
+                    self.process_next()
+            finally:
+                self._finishing = False
         return 0
 
     def process_next(self) -> bool:
         """Reserve and run at most one job; True if one was found."""
-        job = self.pop()
+        job, self._next = self._next, None
+        if job is None:
+            job = self.pop()
         if job is None:
             return False
         self.jobs_processed += 1
@@ -373,10 +388,29 @@ class Worker:
             self._fail(job, parsed, exc, handler)
             return
         then = self._next_in_chain(parsed)
-        if self._settled(self.table.delete(job, then), "delete", job, parsed):
+        if self._settled(self._settle_done(job, then), "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
+
+    def _settle_done(self, job: ReservedJob, then: list[PushJob]) -> bool:
+        """Delete a finished job; when the loop goes on, reserve the next one in the same
+        transaction (one commit instead of two — the database's flush dominates a job)."""
+        opts = self.options
+        going_on = (
+            self.prefetch
+            and not self._finishing
+            and not self.should_quit
+            and not opts.once
+            and opts.rest <= 0
+            and not (opts.max_jobs and self.jobs_processed >= opts.max_jobs)
+        )
+        if not going_on:
+            return self.table.delete(job, then)
+        deleted, self._next = self.table.delete_and_pop(
+            job, then, list(opts.queues), opts.retry_after
+        )
+        return deleted
 
     def _after_exception(
         self,

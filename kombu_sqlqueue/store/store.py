@@ -278,50 +278,90 @@ class JobStore:
         whichever is lower — is dead-lettered in the same transaction instead
         of handed out. Jobs come back in claim order (priority, then age).
         """
+        params = self._claim_params(queue, n, visibility)
+        if n <= 0:
+            return ClaimResult([])
+        result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
+        self._log_dead_lettered(result, queue)
+        return result
+
+    def _claim_params(self, queue: str, n: int, visibility: float) -> dict[str, Any]:
         validate_queue_name(queue)
         if n > MAX_CLAIM:
             raise ClaimLimitExceeded(
                 f"a claim may hand out at most {MAX_CLAIM} jobs; {n} were asked for"
             )
-        if n <= 0:
-            return ClaimResult([])
-        token = secrets.token_hex(16)
         clock = self.clock()
-        now = int(clock)
-        params = {
+        return {
             "queue": queue,
             "n": int(n),
-            "now": now,
+            "now": int(clock),
             "until": self._deadline(clock, visibility),
-            "token": token,
+            "token": secrets.token_hex(16),
         }
 
-        def work(tx: Tx) -> ClaimResult:
-            # id, queue, payload, priority, available_at, attempts, max_attempts, uuid
-            rows = self.engine.claim_rows(tx, params)
-            rows.sort(key=lambda r: (-r[3], r[4], r[0]))
-            jobs: list[ClaimedJob] = []
-            dead = 0
-            for job_id, q, payload, priority, _avail, attempts, row_limit, uuid in rows:
-                limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
-                if attempts > limit:
-                    reason = f"max attempts exceeded ({limit} of {limit} used)"
-                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
-                    dead += 1
-                    continue
-                jobs.append(
-                    ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
-                )
-            return ClaimResult(jobs, dead)
+    def _claim_in(self, tx: Tx, params: dict[str, Any], max_attempts: int | None) -> ClaimResult:
+        token, now = params["token"], params["now"]
+        # id, queue, payload, priority, available_at, attempts, max_attempts, uuid
+        rows = self.engine.claim_rows(tx, params)
+        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+        jobs: list[ClaimedJob] = []
+        dead = 0
+        for job_id, q, payload, priority, _avail, attempts, row_limit, uuid in rows:
+            limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
+            if attempts > limit:
+                reason = f"max attempts exceeded ({limit} of {limit} used)"
+                self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
+                dead += 1
+                continue
+            jobs.append(
+                ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
+            )
+        return ClaimResult(jobs, dead)
 
-        result = self._run(work)
+    @staticmethod
+    def _log_dead_lettered(result: ClaimResult, queue: str) -> None:
         if result.dead_lettered:
             logger.warning(
                 "dead-lettered %d job(s) of queue %r: max attempts exceeded",
                 result.dead_lettered,
                 queue,
             )
-        return result
+
+    def ack_and_claim(
+        self,
+        receipt: Receipt,
+        then: Sequence[NewJob],
+        queues: Sequence[str],
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[bool, ClaimedJob | None]:
+        """Ack a delivery (storing ``then``, a chain's next job) and claim the next job of
+        the first of ``queues`` that has one, in one transaction: a worker finishing a job
+        and taking the next pays one commit instead of two. Returns (acked, next job)."""
+        now = self.clock()
+        rows = [self._job_row(job, now) for job in then]
+        claims = [self._claim_params(q, 1, visibility) for q in queues]
+        ack = {"id": receipt.job_id, "token": receipt.token}
+        dead: list[tuple[ClaimResult, str]] = []
+
+        def work(tx: Tx) -> tuple[bool, ClaimedJob | None]:
+            dead.clear()
+            acked = tx.execute(self.q.job_ack, ack).rowcount == 1
+            if acked:
+                for row in rows:
+                    self.engine.insert_job(tx, row)
+            for params in claims:
+                result = self._claim_in(tx, params, max_attempts)
+                dead.append((result, params["queue"]))
+                if result.jobs:
+                    return acked, result.jobs[0]
+            return acked, None
+
+        outcome = self._run(work)
+        for result, queue in dead:
+            self._log_dead_lettered(result, queue)
+        return outcome
 
     def ack(self, receipt: Receipt) -> bool:
         """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""

@@ -412,3 +412,40 @@ def test_command_with_an_unreadable_date_is_malformed(
     (row,) = failed(queue.table)
     assert "cannot decode data.command" in row["exception"]
     assert "bad serialized date" in row["exception"]
+
+
+def test_delete_and_pop_settles_and_reserves_in_one_transaction(table: JobTable) -> None:
+    table.push(PushJob("q1", '{"n":1}'))
+    table.push(PushJob("q2", '{"n":2}'))
+    table.push(PushJob("q2", '{"n":3}'))
+    first = table.pop("q1", 90)
+    assert first is not None
+    deleted, nxt = table.delete_and_pop(first, [PushJob("q3", '{"n":4}')], ["q3", "q2"], 90)
+    assert deleted and nxt is not None
+    assert (nxt.queue, nxt.payload, nxt.attempts) == ("q3", '{"n":4}', 1)  # queue order
+    # A stale delete writes nothing (no chain push either) but still reserves the next job.
+    deleted, after = table.delete_and_pop(first, [PushJob("q3", "dup")], ["q1", "q2"], 90)
+    assert not deleted and after is not None and after.payload == '{"n":2}'
+    assert table.size("q3") == 1 if table.layout == "laravel" else table.size("q3") == 0
+    assert table.delete_and_pop(after, [], [], 90) == (True, None)
+
+
+def test_worker_prefetch_never_strands_a_reserved_job(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    ran: list[int] = []
+    registry.register("App\\Jobs\\X", lambda j: ran.append(j.properties["n"]))
+    queue.dispatch_many([("App\\Jobs\\X", {"n": i}) for i in range(5)])
+    worker = make_worker(queue.table, registry, clock, max_jobs=2, stop_when_empty=False)
+    worker.run()
+    assert ran == [0, 1]  # max_jobs: the second job's delete reserved nothing more
+    assert queue.table.pop("default", 90) is not None  # job 2 is free to take
+    stopper = make_worker(queue.table, registry, clock, stop_when_empty=False)
+    stopper.handlers = HandlerRegistry()
+    stopper.handlers.register(
+        "App\\Jobs\\X", lambda j: (ran.append(j.properties["n"]), stopper.stop())
+    )
+    stopper.run()
+    # Stopped while the job ran: its delete reserved nothing; nothing is left reserved.
+    assert ran == [0, 1, 3]
+    assert queue.table.pop("default", 90) is not None
