@@ -204,6 +204,8 @@ class Worker:
         #: Reserve the next job in the same transaction as a finished one's delete.
         self.prefetch = True
         self._finishing = False
+        self._alarm_ready = False
+        self._timeout = 0
 
     # -- the loop -----------------------------------------------------------------
 
@@ -284,11 +286,19 @@ class Worker:
             self.stop()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        # The timeout alarm's handler, installed once per run rather than once per job.
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
+        self._alarm_ready = True
         try:
             yield
         finally:
+            self._alarm_ready = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def _on_alarm(self, _signum: int, _frame: FrameType | None) -> None:
+        raise JobTimedOut(f"the job ran longer than its timeout of {self._timeout} s")
 
     # -- one job --------------------------------------------------------------------
 
@@ -589,13 +599,13 @@ class Worker:
             yield
             return
 
-        def on_alarm(_signum: int, _frame: FrameType | None) -> None:
-            raise JobTimedOut(f"the job ran longer than its timeout of {seconds} s")
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
+        self._timeout = seconds
+        # Outside run() (process_next called directly) the handler is installed per job.
+        previous = None if self._alarm_ready else signal.signal(signal.SIGALRM, self._on_alarm)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            if previous is not None:
+                signal.signal(signal.SIGALRM, previous)
