@@ -98,6 +98,20 @@ class LaravelQueue:
         uuid: str | None = None,
     ) -> PushJob:
         """The row :meth:`dispatch` would store, without storing it."""
+        for name, value in (
+            ("tries", tries),
+            ("timeout", timeout),
+            ("max_exceptions", max_exceptions),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise LaravelBridgeError(f"{name} must be an int >= 0, got {value!r}")
+        steps = [backoff] if isinstance(backoff, int) else list(backoff or [])
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in steps):
+            raise LaravelBridgeError(
+                f"backoff must be seconds >= 0 or a list of them, got {backoff!r}"
+            )
         if encrypt and self.encrypter is None:
             raise LaravelBridgeError("encrypt=True needs the app key: LaravelQueue(app_key=…)")
         links = [

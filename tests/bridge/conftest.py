@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from bridge_support import APP_KEY
 
 from laravel_bridge import HandlerRegistry, LaravelQueue
 from laravel_bridge.tables import JobTable, open_table
-
-APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="  # 32 bytes
 
 
 @pytest.fixture(params=["laravel", "askr"])

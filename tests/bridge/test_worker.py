@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from conftest import APP_KEY
+from bridge_support import APP_KEY
 
 from laravel_bridge import (
     HandlerRegistry,
@@ -449,3 +449,27 @@ def test_worker_prefetch_never_strands_a_reserved_job(
     # Stopped while the job ran: its delete reserved nothing; nothing is left reserved.
     assert ran == [0, 1, 3]
     assert queue.table.pop("default", 90) is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tries": -1}, "tries must be an int >= 0"),
+        ({"timeout": 1.5}, "timeout must be an int >= 0"),
+        ({"backoff": [1, -2]}, "backoff must be seconds >= 0"),
+        ({"delay": -3}, "delay must be >= 0"),
+        ({"encrypt": True}, "needs the app key"),
+        ({"queue": "bad\nname"}, "queue name"),
+    ],
+)
+def test_dispatch_refuses_bad_options(db_url: str, options: dict[str, Any], message: str) -> None:
+    from kombu_sqlqueue.exceptions import SqlQueueError
+    from laravel_bridge import LaravelBridgeError
+
+    q = LaravelQueue(db_url)
+    try:
+        with pytest.raises((LaravelBridgeError, SqlQueueError), match=message):
+            q.dispatch("App\\Jobs\\X", {}, **options)
+        assert q.size("default") == 0
+    finally:
+        q.close()

@@ -78,7 +78,15 @@ class MySQLEngine(ServerEngine):
         return sa.create_engine(url, pool_size=4, max_overflow=-1)
 
     def prepare_connection(self, conn: Any) -> None:
-        conn.driver_connection.autocommit(True)  # see ServerEngine
+        driver = conn.driver_connection
+        driver.autocommit(True)  # see ServerEngine
+        # With NO_BACKSLASH_ESCAPES a quote is the only character to escape, and PyMySQL
+        # then escapes strings with one str.replace instead of a per-character translate
+        # in Python: 40% of a bulk insert of Laravel payloads (full of \ and "). Every
+        # value is a bound parameter and no SQL text here holds a backslash.
+        cursor = driver.cursor()
+        cursor.execute("SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        cursor.close()
 
     @contextmanager
     def schema_lock(self, conn: sa.Connection) -> Iterator[None]:
