@@ -397,7 +397,11 @@ class Worker:
             )
             self._fail(job, parsed, exc, handler)
             return
-        then = self._next_in_chain(parsed)
+        try:
+            then = self._next_in_chain(parsed)
+        except LaravelBridgeError as exc:  # a chained job that does not decode: the job's failure
+            self._after_exception(job, parsed, exc, handler, timed_out=False)
+            return
         if self._settled(self._settle_done(job, then), "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
             if then:

@@ -473,3 +473,20 @@ def test_dispatch_refuses_bad_options(db_url: str, options: dict[str, Any], mess
         assert q.size("default") == 0
     finally:
         q.close()
+
+
+def test_a_chain_link_that_does_not_decode_fails_the_job_not_the_worker(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    from laravel_bridge import JobCommand
+
+    ran: list[str] = []
+    registry.register("App\\Jobs\\A", lambda j: ran.append("A"))
+    command = JobCommand.build("App\\Jobs\\A", {})
+    command.obj.properties["chained"] = ["O:1:not php"]
+    payload = Payload.build(command, max_tries=1).to_json()
+    queue.table.push(PushJob("default", payload))
+    make_worker(queue.table, registry, clock).run()
+    assert ran == ["A"]
+    (row,) = failed(queue.table)
+    assert "the command is not PHP-serialized data" in row["exception"]
