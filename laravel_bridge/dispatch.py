@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .encryption import Encrypter
-from .exceptions import LaravelBridgeError
+from .exceptions import LaravelBridgeError, PayloadError
 from .payload import CARBON_CLASSES, JobCommand, Payload, date_from_php
 from .php_serialize import PhpObject
 from .tables import JobTable, PushJob, open_table
@@ -37,16 +38,38 @@ class Dispatched:
     queue: str
 
 
-def _seconds(delay: int | float | datetime | None, now: float | None = None) -> float:
+def _seconds(delay: Any, now: float | None = None) -> float:
+    """A delay (seconds, ``timedelta``, or the ``datetime`` it ends at) in seconds."""
     if delay is None:
         return 0.0
     if isinstance(delay, datetime):
-        import time
-
+        if delay.tzinfo is None:
+            raise LaravelBridgeError("a delay datetime needs a time zone")
         return max(0.0, delay.timestamp() - (now if now is not None else time.time()))
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise LaravelBridgeError(
+            f"delay must be seconds, a timedelta or a datetime, got {type(delay).__name__}"
+        )
     if delay < 0:
         raise LaravelBridgeError(f"delay must be >= 0 seconds, got {delay!r}")
     return float(delay)
+
+
+def _timestamp(value: Any, what: str) -> int | None:
+    """``retryUntil`` as Laravel writes it: whole unix seconds."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise LaravelBridgeError(f"{what} datetime needs a time zone")
+        return int(value.timestamp())
+    if isinstance(value, PhpObject) and value.class_name in CARBON_CLASSES:
+        return int(date_from_php(value).timestamp())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PayloadError(f"{what} must be a unix time or a datetime, got {value!r}")
+    return int(value)
 
 
 class LaravelQueue:
@@ -125,6 +148,7 @@ class LaravelQueue:
             delay=int(delay) if isinstance(delay, (int, float)) and delay else None,
             chained=links,
         )
+        seconds = _seconds(delay)
         payload = Payload.build(
             command,
             uuid=uuid,
@@ -133,10 +157,10 @@ class LaravelQueue:
             fail_on_timeout=fail_on_timeout,
             backoff=list(backoff) if isinstance(backoff, Sequence) else backoff,
             timeout=timeout,
-            retry_until=retry_until,
+            retry_until=_timestamp(retry_until, "retry_until"),
             encrypter=self.encrypter if encrypt else None,
         )
-        return PushJob(queue or DEFAULT_QUEUE, payload.to_json(), _seconds(delay), payload.uuid)
+        return PushJob(queue or DEFAULT_QUEUE, _utf8(payload), seconds, payload.uuid)
 
     def dispatch(
         self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any
@@ -156,6 +180,8 @@ class LaravelQueue:
     def dispatch_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]]], **options: Any) -> int:
         """Store many jobs, sharing ``options``, with multi-row INSERTs in one transaction
         (one statement per 1,000 jobs); return how many."""
+        if "uuid" in options:
+            raise LaravelBridgeError("uuid= names one job; dispatch_many makes a uuid per job")
         rows = [self.build(name, props, **options) for name, props in jobs]
         return self.table.push_many(rows)
 
@@ -178,7 +204,9 @@ def _backoff_of(obj: PhpObject) -> str | None:
     return ",".join(str(b) for b in items)
 
 
-def chain_successor(command: JobCommand, encrypter: Encrypter | None = None) -> PushJob | None:
+def chain_successor(
+    command: JobCommand, encrypter: Encrypter | None = None, now: float | None = None
+) -> PushJob | None:
     """The next job of ``command``'s chain, as Laravel's ``Queueable::dispatchNextJobInChain``
     makes it: the rest of the chain and the chain's connection/queue carried over.
 
@@ -197,9 +225,7 @@ def chain_successor(command: JobCommand, encrypter: Encrypter | None = None) -> 
     _set(obj, "queue", obj.get("queue") or this.get("chainQueue"))
     for name in ("chainConnection", "chainQueue", "chainCatchCallbacks"):
         _set(obj, name, this.get(name))
-    retry_until = obj.get("retryUntil")
-    if isinstance(retry_until, PhpObject) and retry_until.class_name in CARBON_CLASSES:
-        retry_until = int(date_from_php(retry_until).timestamp())
+    retry_until = _timestamp(obj.get("retryUntil"), "the next job's retryUntil")
     payload = Payload.build(
         successor,
         max_tries=obj.get("tries"),
@@ -213,8 +239,30 @@ def chain_successor(command: JobCommand, encrypter: Encrypter | None = None) -> 
     delay = obj.get("delay")
     if isinstance(delay, PhpObject) and delay.class_name in CARBON_CLASSES:
         delay = date_from_php(delay)
+    elif isinstance(delay, PhpObject):  # a CarbonInterval / DateInterval
+        raise PayloadError(
+            f"the next job's delay is a {delay.class_name}, which Python cannot read"
+        )
+    try:
+        seconds = _seconds(delay, now)
+    except LaravelBridgeError as exc:
+        raise PayloadError(f"the next job's delay: {exc}") from exc
     queue = obj.get("queue") or DEFAULT_QUEUE
-    return PushJob(str(queue), payload.to_json(), _seconds(delay), payload.uuid)
+    return PushJob(str(queue), _utf8(payload), seconds, payload.uuid)
+
+
+def _utf8(payload: Payload) -> str:
+    """The payload's JSON, refused when it cannot be stored as UTF-8 text (bytes that are not
+    UTF-8 in a property), as Laravel refuses it with InvalidPayloadException."""
+    text = payload.to_json()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PayloadError(
+            f"the job holds bytes that are not UTF-8 text, which a Laravel payload cannot carry: "
+            f"{exc}"
+        ) from exc
+    return text
 
 
 def _set(obj: PhpObject, name: str, value: Any) -> None:

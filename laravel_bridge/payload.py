@@ -37,7 +37,13 @@ QUEUEABLE_PROPERTIES = (
     "chained",
 )
 MODEL_IDENTIFIER = "Illuminate\\Contracts\\Database\\ModelIdentifier"
-CARBON_CLASSES = ("Carbon\\Carbon", "Carbon\\CarbonImmutable", "DateTime", "DateTimeImmutable")
+CARBON_CLASSES = (
+    "Carbon\\Carbon",
+    "Carbon\\CarbonImmutable",
+    "Illuminate\\Support\\Carbon",  # what Laravel's now() and today() return
+    "DateTime",
+    "DateTimeImmutable",
+)
 
 #: One encoder for every payload (``json.dumps`` with options builds a new one per call).
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -102,7 +108,7 @@ def date_from_php(obj: PhpObject) -> datetime:
     try:
         naive = datetime.strptime(obj.get("date"), "%Y-%m-%d %H:%M:%S.%f")
         return naive.replace(tzinfo=_zone(int(obj.get("timezone_type")), obj.get("timezone")))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:
         raise PayloadError(f"bad serialized date {obj.plain()!r}: {exc}") from exc
 
 
@@ -368,7 +374,11 @@ class Payload:
         if not isinstance(text, str):
             raise PayloadError("payload has no data.command string")
         if not self.is_encrypted:
-            return JobCommand.loads(text.encode("utf-8", "surrogateescape"))
+            try:
+                raw = text.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON
+                raise PayloadError(f"data.command is not text PHP wrote: {exc}") from exc
+            return JobCommand.loads(raw)
         if encrypter is None:
             raise PayloadError("the command is encrypted; pass the app key's Encrypter")
         try:

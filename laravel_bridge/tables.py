@@ -26,6 +26,8 @@ from kombu_sqlqueue.store.laravel_tables import (
 
 from .exceptions import LaravelBridgeError
 
+__all__ = ["MAX_LARAVEL_ATTEMPTS", "JobTable", "PushJob", "ReservedJob", "open_table"]
+
 Layout = Literal["laravel", "askr"]
 LAYOUTS: tuple[Layout, ...] = ("laravel", "askr")
 

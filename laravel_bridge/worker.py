@@ -19,10 +19,11 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
    ``failOnTimeout``; otherwise it is released with the ``backoff`` for this
    attempt (the payload's list, else ``--backoff``).
 
-Safety cap: a job is failed once its attempts pass ``attempts_cap`` (255,
-what Laravel's ``jobs.attempts`` column holds) whatever its ``retryUntil``
-says, and a job released with no backoff again and again is logged as a
-warning each time from the third attempt on — never a silent hot loop.
+Safety cap: a job that fails on its ``attempts_cap``-th attempt (255, what
+Laravel's ``jobs.attempts`` column holds) is failed instead of released,
+whatever its ``retryUntil`` says, and a job released with no backoff again
+and again is logged as a warning each time from the third attempt on — never
+a silent hot loop.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import traceback
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any, Literal
 
@@ -46,7 +47,7 @@ from .encryption import Encrypter
 from .exceptions import LaravelBridgeError, PayloadError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .payload import CALL_QUEUED_HANDLER, JobCommand, Payload
-from .tables import JobTable, PushJob, ReservedJob
+from .tables import MAX_LARAVEL_ATTEMPTS, JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ class WorkerOptions:
         for name in ("tries", "timeout", "max_jobs", "retry_after", "attempts_cap"):
             if getattr(self, name) < 0:
                 raise LaravelBridgeError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if any(b < 0 for b in self.backoff):
+            raise LaravelBridgeError(f"backoff must be seconds >= 0, got {list(self.backoff)!r}")
         if self.sleep < 0 or self.rest < 0 or self.max_time < 0 or self.unknown_delay < 0:
             raise LaravelBridgeError("sleep, rest, max_time and unknown_delay must be >= 0")
 
@@ -137,9 +140,10 @@ class Job:
     #: Set by :meth:`release` / :meth:`fail` / :meth:`delete`.
     outcome: tuple[str, Any] | None = field(default=None, repr=False)
 
-    def release(self, delay: float = 0) -> None:
+    def release(self, delay: float | timedelta = 0) -> None:
         """Put the job back on its queue after ``delay`` seconds (the attempt counts)."""
-        self.outcome = ("release", delay)
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        self.outcome = ("release", max(0.0, seconds))
 
     def fail(self, reason: BaseException | str | None = None) -> None:
         """Fail the job now: it goes to the failed table."""
@@ -169,7 +173,9 @@ def exception_text(exc: BaseException) -> str:
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
     trace = "".join(traceback.format_exception(exc)).rstrip()
-    return f"{name}: {exc}\n\n{trace}"
+    text = f"{name}: {exc}\n\n{trace}"
+    # A lone surrogate in a message could not be stored as UTF-8.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class Worker:
@@ -204,6 +210,7 @@ class Worker:
         #: Reserve the next job in the same transaction as a finished one's delete.
         self.prefetch = True
         self._finishing = False
+        self._running = False
         self._alarm_ready = False
         self._timeout = 0
 
@@ -222,7 +229,7 @@ class Worker:
             logger.warning(
                 "the worker runs outside the main thread: job timeouts cannot be enforced"
             )
-        with self._signals():
+        with self._signals(), self._prefetching():
             started = time.monotonic()
             while not self.should_quit:
                 job = self.process_next()
@@ -276,6 +283,22 @@ class Worker:
             self.table.wait(min(left, 0.5), self.options.queues)
 
     @contextlib.contextmanager
+    def _prefetching(self) -> Iterator[None]:
+        """Reserve-ahead is allowed inside run() only; a job reserved ahead that run() did
+        not get to (an error on the way out) is handed back with its attempt refunded."""
+        self._running = True
+        try:
+            yield
+        finally:
+            self._running = False
+            left, self._next = self._next, None
+            if left is not None:
+                try:
+                    self.table.release(left, 0, refund=True)
+                except Exception:
+                    logger.exception("could not hand back job %s reserved ahead", left.id)
+
+    @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
@@ -298,7 +321,8 @@ class Worker:
                 signal.signal(s, handler)
 
     def _on_alarm(self, _signum: int, _frame: FrameType | None) -> None:
-        raise JobTimedOut(f"the job ran longer than its timeout of {self._timeout} s")
+        if self._timeout:
+            raise JobTimedOut(f"the job ran longer than its timeout of {self._timeout} s")
 
     # -- one job --------------------------------------------------------------------
 
@@ -328,6 +352,10 @@ class Worker:
             name = payload.job.split("@", 1)[0]
             data = payload.data.get("data")
             properties = dict(data) if isinstance(data, dict) else {"data": data}
+        if not isinstance(name, str) or not name.strip("\\"):
+            raise MalformedJob(f"payload names no job class ({payload.job!r})")
+        if len(uuid) > 255:
+            raise MalformedJob("payload 'uuid' is longer than failed_jobs.uuid holds (255)")
         for key in ("maxTries", "maxExceptions", "timeout", "retryUntil"):
             value = payload.data.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -375,6 +403,18 @@ class Worker:
             self._after_exception(job, parsed, exc, handler, timed_out=True)
             return
         except Exception as exc:
+            if context.outcome is not None:
+                # The handler settled its job, then raised: its settlement stands (Laravel's
+                # handleJobException leaves a deleted, released or failed job as it is).
+                logger.error(
+                    "%s (job %s) raised after settling itself: %s",
+                    parsed.name,
+                    job.id,
+                    exc,
+                    exc_info=(type(exc), exc, exc.__traceback__),
+                )
+                self._apply_outcome(job, parsed, context, handler)
+                return
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
         self._after_success(job, parsed, context, handler)
@@ -384,22 +424,12 @@ class Worker:
     def _after_success(
         self, job: ReservedJob, parsed: _Parsed, context: Job, handler: Handler
     ) -> None:
-        outcome = context.outcome
-        if outcome is not None and outcome[0] == "release":
-            self._release(job, parsed, float(outcome[1]))
-            return
-        if outcome is not None and outcome[0] == "fail":
-            reason = outcome[1]
-            exc = (
-                reason
-                if isinstance(reason, BaseException)
-                else LaravelBridgeError(str(reason or "the handler failed the job"))
-            )
-            self._fail(job, parsed, exc, handler)
+        if context.outcome is not None and context.outcome[0] != "delete":
+            self._apply_outcome(job, parsed, context, handler)
             return
         try:
             then = self._next_in_chain(parsed)
-        except LaravelBridgeError as exc:  # a chained job that does not decode: the job's failure
+        except (LaravelBridgeError, TypeError, ValueError) as exc:  # the finished job's failure
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
         if self._settled(self._settle_done(job, then), "delete", job, parsed):
@@ -407,12 +437,31 @@ class Worker:
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
 
+    def _apply_outcome(
+        self, job: ReservedJob, parsed: _Parsed, context: Job, handler: Handler
+    ) -> None:
+        """Settle as the handler asked with ``job.release()`` / ``fail()`` / ``delete()``."""
+        assert context.outcome is not None
+        kind, arg = context.outcome
+        if kind == "release":
+            self._release(job, parsed, float(arg))
+        elif kind == "fail":
+            exc = (
+                arg
+                if isinstance(arg, BaseException)
+                else LaravelBridgeError(str(arg or "the handler failed the job"))
+            )
+            self._fail(job, parsed, exc, handler)
+        elif self._settled(self.table.delete(job), "delete", job, parsed):
+            self._line(job, "Processed", parsed.name)
+
     def _settle_done(self, job: ReservedJob, then: list[PushJob]) -> bool:
         """Delete a finished job; when the loop goes on, reserve the next one in the same
         transaction (one commit instead of two — the database's flush dominates a job)."""
         opts = self.options
         going_on = (
             self.prefetch
+            and self._running
             and not self._finishing
             and not self.should_quit
             and not opts.once
@@ -454,7 +503,7 @@ class Worker:
                 "The job may have previously timed out."
             )
             reason.__cause__ = exc
-        if retry_until and retry_until <= self.clock():
+        if retry_until and retry_until <= int(self.clock()):
             self._fail(job, parsed, reason, handler)
             return
         if not retry_until and max_tries > 0 and job.attempts >= max_tries:
@@ -474,20 +523,27 @@ class Worker:
             f"{parsed.name} has been attempted too many times or run too long. "
             "The job may have previously timed out."
         )
-        if job.attempts > self.options.attempts_cap > 0:
-            raise MaxAttemptsExceeded(
-                f"{parsed.name} reached the worker's safety cap of "
-                f"{self.options.attempts_cap} attempts"
-            )
+        if job.attempts > self._attempts_cap:
+            raise self._cap_reached(parsed)
         max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
         retry_until = payload.retry_until
         if retry_until:
-            if self.clock() <= retry_until:
+            if int(self.clock()) <= retry_until:
                 return
             raise too_many
         if max_tries == 0 or job.attempts <= max_tries:
             return
         raise too_many
+
+    @property
+    def _attempts_cap(self) -> int:
+        cap = self.options.attempts_cap or MAX_LARAVEL_ATTEMPTS
+        return min(cap, MAX_LARAVEL_ATTEMPTS) if self.table.layout == "laravel" else cap
+
+    def _cap_reached(self, parsed: _Parsed) -> MaxAttemptsExceeded:
+        return MaxAttemptsExceeded(
+            f"{parsed.name} reached the worker's safety cap of {self._attempts_cap} attempts"
+        )
 
     def _max_exceptions_reached(self, parsed: _Parsed) -> bool:
         limit = parsed.payload.max_exceptions
@@ -507,9 +563,15 @@ class Worker:
         """Laravel's ``calculateBackoff``: the entry for this attempt, else the last."""
         backoff = parsed.payload.backoff or list(self.options.backoff) or [0]
         index = job.attempts - 1
-        return int(backoff[index] if 0 <= index < len(backoff) else backoff[-1])
+        return max(0, int(backoff[index] if 0 <= index < len(backoff) else backoff[-1]))
 
     def _release(self, job: ReservedJob, parsed: _Parsed, delay: float) -> None:
+        delay = max(0.0, delay)
+        if job.attempts >= self._attempts_cap:
+            # Never released past the cap: on Laravel's table attempts is a TINYINT, and a
+            # row at 255 would make every later pop of it fail.
+            self._fail(job, parsed, self._cap_reached(parsed), None)
+            return
         if not self._settled(self.table.release(job, delay), "release", job, parsed):
             return
         level = logging.WARNING if delay <= 0 and job.attempts >= 3 else logging.INFO
@@ -547,7 +609,7 @@ class Worker:
             uuid = Payload.parse(job.payload).uuid
         except PayloadError:
             uuid = None
-        if not isinstance(uuid, str) or not uuid:
+        if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
             uuid = str(uuid_module.uuid4())
         reason = f"{MalformedJob.__module__}.MalformedJob: {exc}"
         if self.table.fail(job, self.options.connection, uuid, reason):
@@ -591,7 +653,7 @@ class Worker:
         from .dispatch import chain_successor
 
         encrypter = self.encrypter if parsed.payload.is_encrypted else None
-        successor = chain_successor(parsed.command, encrypter)
+        successor = chain_successor(parsed.command, encrypter, self.clock())
         return [] if successor is None else [successor]
 
     # -- time limits ----------------------------------------------------------------
@@ -611,5 +673,6 @@ class Worker:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self._timeout = 0
             if previous is not None:
                 signal.signal(signal.SIGALRM, previous)

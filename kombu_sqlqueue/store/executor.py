@@ -315,8 +315,13 @@ class Executor:
             else:
                 self._checkin(conn)
             raise
-        except BaseException:
+        except Exception:
             self._checkin(conn)
+            raise
+        except BaseException:
+            # Interrupted mid-statement (KeyboardInterrupt, a job's timeout): the driver may
+            # be half-way through a reply, so the connection is not reused.
+            self._discard(conn)
             raise
         self._checkin(conn)
         return result

@@ -50,9 +50,10 @@ T = TypeVar("T")
 #: Laravel's ``jobs.attempts`` is ``unsignedTinyInteger``: 255 is the most it holds.
 MAX_LARAVEL_ATTEMPTS = 255
 
-#: Rows per multi-row INSERT in a bulk push (6 parameters a row; far below every
-#: engine's bind-parameter limit).
+#: Rows per multi-row INSERT in a bulk push (5 parameters a row; far below every
+#: engine's bind-parameter limit), and payload bytes per INSERT.
 PUSH_CHUNK = 1000
+PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 
 # Laravel's longText: TEXT elsewhere, LONGTEXT on MySQL (its TEXT stops at 64 KiB).
 _LongText = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
@@ -136,7 +137,15 @@ class LaravelQueries:
         self.job_pop_mark = (
             sa.update(jobs)
             .where(j.id == sa.bindparam("job_id"))
-            .values(reserved_at=sa.bindparam("now"), attempts=j.attempts + 1)
+            # A TINYINT holds 255: a row Laravel left there stays there (not an error that
+            # would block every later pop of the queue).
+            .values(
+                reserved_at=sa.bindparam("now"),
+                attempts=sa.case(
+                    (j.attempts < MAX_LARAVEL_ATTEMPTS, j.attempts + 1),
+                    else_=MAX_LARAVEL_ATTEMPTS,
+                ),
+            )
         )
         fence = sa.and_(j.id == sa.bindparam("job_id"), j.attempts == sa.bindparam("held"))
         self.job_delete = sa.delete(jobs).where(fence)
@@ -162,6 +171,7 @@ class LaravelQueries:
             sa.select(sa.func.count()).select_from(jobs).where(j.queue == sa.bindparam("queue"))
         )
         self.failed_find = sa.select(failed).where(failed.c.uuid == sa.bindparam("uuid"))
+        self.failed_forget = sa.delete(failed).where(failed.c.uuid == sa.bindparam("uuid"))
         self.failed_list = sa.select(failed).order_by(failed.c.id.desc())
 
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
@@ -310,12 +320,23 @@ class LaravelTableStore:
         if not rows:
             return 0
 
+        chunks: list[list[dict[str, Any]]] = [[]]
+        size = 0
+        for row in rows:
+            # Bounded in rows and in bytes: a statement over MySQL's max_allowed_packet
+            # (16 MiB by default) makes the server drop the connection.
+            if len(chunks[-1]) == PUSH_CHUNK or (chunks[-1] and size > PUSH_CHUNK_BYTES):
+                chunks.append([])
+                size = 0
+            chunks[-1].append(row)
+            size += len(row["payload"])
+
         def work(tx: Tx) -> int:
-            for start in range(0, len(rows), PUSH_CHUNK):
-                self.q.insert_jobs(tx, rows[start : start + PUSH_CHUNK])
+            for chunk in chunks:
+                self.q.insert_jobs(tx, chunk)
             return len(rows)
 
-        return self._run(work, single=len(rows) <= PUSH_CHUNK)
+        return self._run(work, single=len(chunks) == 1)
 
     def _pop_params(self, queue: str, retry_after: float) -> dict[str, Any]:
         validate_queue_name(queue)
@@ -329,7 +350,8 @@ class LaravelTableStore:
         job_id, attempts, payload = found
         now = params["now"]
         tx.execute(self.q.job_pop_mark, {"job_id": job_id, "now": now})
-        return LaravelRow(int(job_id), params["queue"], str(payload), int(attempts) + 1, now)
+        held = min(int(attempts) + 1, MAX_LARAVEL_ATTEMPTS)
+        return LaravelRow(int(job_id), params["queue"], str(payload), held, now)
 
     def pop(self, queue: str, retry_after: float) -> LaravelRow | None:
         """Reserve the oldest ready job of ``queue`` (``DatabaseQueue::pop``), or None."""
@@ -408,6 +430,9 @@ class LaravelTableStore:
         def work(tx: Tx) -> bool:
             if tx.execute(self.q.job_delete, fence).rowcount != 1:
                 return False
+            # failed_jobs.uuid is unique: a job that failed before (queue:retry pushes
+            # before it forgets; a uuid dispatched twice) keeps one row, the latest.
+            tx.execute(self.q.failed_forget, {"uuid": uuid})
             tx.execute(self.q.failed_insert, failed)
             return True
 

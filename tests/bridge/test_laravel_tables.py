@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch
-from kombu_sqlqueue.store import StoreOptions
+from kombu_sqlqueue.store import StoreOptions, parse_store_url
 from kombu_sqlqueue.store.laravel_tables import LaravelTableStore
 
 NOW = 1_800_000_000
@@ -24,7 +24,7 @@ def lstore(db_url: str) -> Iterator[LaravelTableStore]:
 
 
 def rows(db_url: str, table: str = "jobs") -> list[dict[str, object]]:
-    engine = sa.create_engine(db_url)
+    engine = sa.create_engine(parse_store_url(db_url)[1])  # with the package's driver
     try:
         with engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))]

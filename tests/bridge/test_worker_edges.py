@@ -1,0 +1,173 @@
+"""Edges of the worker and dispatch found in review: none may crash the worker or lose a job."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from test_worker import T0, Clock, failed, make_worker
+
+from laravel_bridge import (
+    HandlerRegistry,
+    Job,
+    JobCommand,
+    LaravelBridgeError,
+    LaravelQueue,
+    Payload,
+    PayloadError,
+    PhpObject,
+)
+from laravel_bridge.tables import JobTable, PushJob
+
+
+@pytest.fixture
+def clock(table: JobTable) -> Clock:
+    c = Clock()
+    table.store.clock = c  # type: ignore[attr-defined]
+    return c
+
+
+def chained_payload(next_props: dict[str, Any]) -> str:
+    nxt = JobCommand.build("App\\Jobs\\B", {"n": 2})
+    nxt.obj.properties.update(next_props)
+    first = JobCommand.build("App\\Jobs\\A", {"n": 1}, chained=[nxt])
+    return Payload.build(first, max_tries=1).to_json()
+
+
+def test_chain_next_job_with_laravels_own_carbon_delay(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    ran: list[str] = []
+    registry.register("App\\Jobs\\A", lambda j: ran.append("A"))
+    registry.register("App\\Jobs\\B", lambda j: ran.append("B"))
+    when = PhpObject(  # what now()->addSeconds(30) serializes to
+        "Illuminate\\Support\\Carbon",
+        {"date": "2027-01-15 08:00:30.000000", "timezone_type": 3, "timezone": "UTC"},
+    )
+    queue.table.push(PushJob("default", chained_payload({"delay": when})))
+    worker = make_worker(queue.table, registry, clock)
+    worker.clock = lambda: T0  # 2027-01-15 08:00:00 UTC
+    worker.run()
+    assert ran == ["A"]
+    clock.now = T0 + 31  # the delayed next job is due (the store's clock decides)
+    worker.run()
+    assert ran == ["A", "B"]
+
+
+def test_chain_next_job_with_an_unreadable_delay_fails_the_job_not_the_worker(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    registry.register("App\\Jobs\\A", lambda j: None)
+    interval = PhpObject("Carbon\\CarbonInterval", {"s": 30})
+    queue.table.push(PushJob("default", chained_payload({"delay": interval})))
+    make_worker(queue.table, registry, clock).run()
+    (row,) = failed(queue.table)
+    assert "Carbon\\CarbonInterval" in row["exception"]
+
+
+def test_a_row_laravel_left_at_255_attempts_does_not_block_the_queue(
+    db_url: str, registry: HandlerRegistry
+) -> None:
+    queue = LaravelQueue(db_url, "laravel")
+    store = queue.table.store  # type: ignore[attr-defined]
+    payload = Payload.build(JobCommand.build("App\\Jobs\\X", {}), max_tries=0).to_json()
+    store.push("default", payload, attempts=255)
+    queue.dispatch("App\\Jobs\\Y", {})
+
+    def boom(job: Job) -> None:
+        raise RuntimeError("still broken")
+
+    ran: list[str] = []
+    registry.register("App\\Jobs\\X", boom)
+    registry.register("App\\Jobs\\Y", lambda j: ran.append("Y"))
+    worker = make_worker(queue.table, registry, Clock())
+    worker.run()
+    assert ran == ["Y"]
+    (row,) = failed(queue.table)
+    assert "safety cap of 255 attempts" in row["exception"]
+    queue.close()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"uuid": "u-1", "job": "@handle", "data": {}}',
+        '{"uuid": "u-2", "job": "Illuminate\\\\Queue\\\\CallQueuedHandler@call",'
+        ' "data": {"commandName": "X", "command": "O:1:\\"X\\":0:{}\\ud800"}}',
+        json.dumps({"uuid": "u" * 300, "job": "X@handle", "data": {}}),
+    ],
+)
+def test_more_malformed_payloads_are_failed_not_fatal(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock, payload: str
+) -> None:
+    registry.register("X", lambda j: None)
+    queue.table.push(PushJob("default", payload))
+    make_worker(queue.table, registry, clock).run()
+    (row,) = failed(queue.table)
+    assert "MalformedJob" in row["exception"]
+
+
+def test_two_failures_with_one_uuid_keep_one_failed_row(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    registry.register("App\\Jobs\\X", lambda j: j.fail("no"))
+    queue.dispatch("App\\Jobs\\X", {"n": 1}, uuid="same-uuid")
+    queue.dispatch("App\\Jobs\\X", {"n": 2}, uuid="same-uuid")
+    make_worker(queue.table, registry, clock).run()
+    rows = failed(queue.table)
+    assert queue.size("default") == 0
+    if queue.table.layout == "laravel":
+        (row,) = rows  # failed_jobs.uuid is unique: the latest failure is kept
+        assert json.loads(row["payload"])["uuid"] == "same-uuid"
+    else:
+        assert len(rows) == 2
+    with pytest.raises(LaravelBridgeError, match="uuid per job"):
+        queue.dispatch_many([("App\\Jobs\\X", {})], uuid="same-uuid")
+
+
+def test_a_job_reserved_ahead_is_handed_back_when_run_ends_on_an_error(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    registry.register("App\\Jobs\\X", lambda j: None)
+    queue.dispatch_many([("App\\Jobs\\X", {"n": i}) for i in range(2)])
+    worker = make_worker(queue.table, registry, clock, stop_when_empty=False)
+
+    def broken_pipe(line: str) -> None:
+        if "Processed" in line:
+            raise BrokenPipeError("stdout is gone")
+
+    worker.output = broken_pipe
+    with pytest.raises(BrokenPipeError):
+        worker.run()
+    again = queue.table.pop("default", 90)
+    assert again is not None and again.attempts == 1  # handed back, its attempt refunded
+
+
+def test_settlement_made_by_the_handler_stands_when_it_then_raises(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    def delete_then_raise(job: Job) -> None:
+        job.delete()
+        raise RuntimeError("after the delete")
+
+    registry.register("App\\Jobs\\X", delete_then_raise)
+    queue.dispatch("App\\Jobs\\X", {}, tries=3)
+    make_worker(queue.table, registry, clock).run()
+    assert queue.size("default") == 0
+    assert failed(queue.table) == []
+
+
+def test_dispatch_reads_delays_and_times_as_laravel_does(queue: LaravelQueue) -> None:
+    job = queue.build("App\\Jobs\\X", {}, retry_until=T0 + 0.75, delay=timedelta(seconds=90))
+    assert json.loads(job.payload)["retryUntil"] == int(T0)
+    assert job.delay == 90
+    job = queue.build("App\\Jobs\\X", {}, retry_until=datetime.fromtimestamp(T0, UTC))
+    assert json.loads(job.payload)["retryUntil"] == int(T0)
+    with pytest.raises(PayloadError, match="unix time"):
+        queue.build("App\\Jobs\\X", {}, retry_until="tomorrow")
+    with pytest.raises(LaravelBridgeError, match="delay must be seconds"):
+        queue.build("App\\Jobs\\X", {}, delay="soon")
+    with pytest.raises(PayloadError, match="not UTF-8"):
+        queue.build("App\\Jobs\\X", {"blob": b"\xff\xfe"})
