@@ -90,6 +90,9 @@ class TransportOptions:
     #: Seconds to keep reconnecting after the database connection is lost (server
     #: restart); publishes and acks wait meanwhile. 0: raise at once.
     reconnect_timeout: float = 60.0
+    #: Seconds a process reuses an exchange's bindings read from askr_bindings before it
+    #: reads them again (a publish that finds no bound queue always reads them again).
+    bindings_cache_seconds: float = 1.0
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -112,6 +115,7 @@ class TransportOptions:
             "backoff_base",
             "backoff_cap",
             "reconnect_timeout",
+            "bindings_cache_seconds",
         ):
             if name in values:
                 values[name] = _number(name, values[name], minimum=0)

@@ -88,6 +88,12 @@ class Channel(virtual.Channel):
         self.store: JobStore = connection.store
         self.options: TransportOptions = connection.options
         self._noack_queues: set[str] = set()
+        #: exchange -> (monotonic time read, routing table) from askr_bindings.
+        self._tables: dict[str, tuple[float, list[Any]]] = {}
+        #: exchange -> type, for exchanges this process never declared.
+        self._stored_types: dict[str, str] = {}
+        #: Queues this channel declared auto_delete: deleted when it stops consuming them.
+        self._auto_delete: set[str] = set()
 
     # -- publishing -------------------------------------------------------------------
 
@@ -192,7 +198,111 @@ class Channel(virtual.Channel):
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
             self._noack_queues.discard(queue)
-        return super().basic_cancel(consumer_tag)
+        result = super().basic_cancel(consumer_tag)
+        if queue in self._auto_delete and queue not in self._active_queues:
+            # AMQP's auto_delete: the queue goes when its (last) consumer does — a
+            # worker's pidbox queue, a monitor's event queue. Its bindings go with it.
+            self._auto_delete.discard(queue)
+            self.queue_delete(queue)
+        return result
+
+    def close(self) -> None:
+        for queue in [q for q in self._auto_delete if q in self._active_queues]:
+            try:
+                self.queue_delete(queue)
+            except StoreError as exc:  # best effort on the way out
+                logger.warning("could not delete auto_delete queue %r: %s", queue, exc)
+        self._auto_delete.clear()
+        super().close()
+
+    # -- exchanges and bindings: stored in askr_bindings, so every process routes alike --
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
+        etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
+        self.store.bind(exchange, etype, routing_key, queue)
+        self._tables.pop(exchange, None)
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
+        self.store.unbind(exchange, routing_key, queue)
+        self._tables.pop(exchange, None)
+
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> Any:
+        if if_empty and self._size(queue):
+            return None
+        for exchange, _rk, _args in list(self.state.queue_bindings(queue)):
+            self._tables.pop(exchange, None)
+        self.state.queue_bindings_delete(queue)
+        self.store.unbind_queue(queue)
+        self._delete(queue)
+        return None
+
+    def get_table(self, exchange: str) -> list[Any]:
+        """The routing table of ``exchange`` from askr_bindings (cached for a moment)."""
+        now = monotonic()
+        cached = self._tables.get(exchange)
+        if cached is not None and now - cached[0] < self.options.bindings_cache_seconds:
+            return cached[1]
+        rows = self.store.bindings(exchange)
+        declared = self.state.exchanges.get(exchange)
+        if declared:
+            type_name = declared["type"]
+        else:
+            type_name = rows[0][2] if rows else self._stored_types.get(exchange, "direct")
+            self._stored_types[exchange] = type_name
+        kind: Any = self.exchange_types[type_name]  # an instance per channel at run time
+        table = [kind.prepare_bind(q, exchange, rk, None) for rk, q, _type in rows]
+        self._tables[exchange] = (now, table)
+        return table
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        declared = self.state.exchanges.get(exchange)
+        if declared:
+            return self.exchange_types[declared["type"]]
+        if exchange and exchange not in self._stored_types:
+            self.get_table(exchange)  # learns the type other processes declared
+        return self.exchange_types[self._stored_types.get(exchange, default)]
+
+    # Fanout goes through Kombu's "shared table" hooks: the table is askr_bindings.
+    supports_fanout = True
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
+        """Kombu's fanout hook; queue_bind has stored the binding already."""
+
+    def _put_fanout(
+        self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
+    ) -> None:
+        """A copy of ``message`` for every queue bound to ``exchange`` (any process)."""
+        for queue in self._lookup(exchange, routing_key):
+            self._put(queue, message, **kwargs)
+
+    def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
+        queues: list[str] = super()._lookup(exchange, routing_key, default)
+        if not queues and exchange and exchange in self._tables:
+            # A binding made since the table was read (a reply queue bound a moment ago):
+            # read it again before deciding nothing is bound.
+            del self._tables[exchange]
+            queues = super()._lookup(exchange, routing_key, default)
+        return queues
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         if not no_ack:
@@ -209,6 +319,8 @@ class Channel(virtual.Channel):
         # Queues are values of the ``queue`` column: nothing to create, but
         # the name is checked now rather than at the first publish.
         validate_queue_name(queue)
+        if kwargs.get("auto_delete") or kwargs.get("exclusive"):
+            self._auto_delete.add(queue)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         validate_queue_name(queue)
@@ -248,7 +360,7 @@ class Transport(virtual.Transport):
 
     implements = virtual.Transport.implements.extend(
         asynchronous=False,
-        exchange_type=frozenset(["direct", "topic"]),
+        exchange_type=frozenset(["direct", "topic", "fanout"]),
         heartbeats=False,
     )
 

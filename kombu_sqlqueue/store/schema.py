@@ -18,6 +18,8 @@ from sqlalchemy.dialects import mysql
 
 JOBS_TABLE = "askr_jobs"
 FAILED_TABLE = "askr_failed_jobs"
+#: Exchange bindings (ours, not contract v1's): every process routes by the same table.
+BINDINGS_TABLE = "askr_bindings"
 CLAIM_INDEX = "askr_jobs_claim"
 
 #: Columns contract v1 defines; a table lacking one of them is not ours to use.
@@ -84,6 +86,17 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("attempts", sa.Integer, nullable=False),
         sa.Column("failed_at", sa.BigInteger, nullable=False, server_default=now_default),
         sqlite_autoincrement=True,
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Table(
+        BINDINGS_TABLE,
+        metadata,
+        sa.Column("exchange", sa.String(255), primary_key=True),
+        sa.Column("routing_key", sa.String(255), primary_key=True),
+        sa.Column("queue", sa.String(255), primary_key=True),
+        sa.Column("exchange_type", sa.String(16), nullable=False),
+        sa.Column("created_at", sa.BigInteger, nullable=False, server_default=now_default),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )

@@ -40,7 +40,13 @@ from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import Executor, Tx
 from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
 from .names import validate_queue_name
-from .schema import ADDITIVE_JOB_COLUMNS, CONTRACT_JOB_COLUMNS, FAILED_TABLE, JOBS_TABLE
+from .schema import (
+    ADDITIVE_JOB_COLUMNS,
+    BINDINGS_TABLE,
+    CONTRACT_JOB_COLUMNS,
+    FAILED_TABLE,
+    JOBS_TABLE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +209,7 @@ class JobStore:
             for table, needed in (
                 (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
                 (FAILED_TABLE, tuple(c.name for c in self.engine.failed.columns)),
+                (BINDINGS_TABLE, ("exchange", "routing_key", "queue", "exchange_type")),
             ):
                 if not inspector.has_table(table):
                     raise SchemaMismatch(
@@ -522,6 +529,38 @@ class JobStore:
         return [
             DeadLetter(int(i), u, q, bytes(p), e, int(a), int(f)) for i, u, q, p, e, a, f in rows
         ]
+
+    # -- exchange bindings (stored, so a publish from any process reaches every queue) ----
+
+    def bind(self, exchange: str, exchange_type: str, routing_key: str, queue: str) -> None:
+        """Store the binding of ``queue`` to ``exchange`` (idempotent)."""
+        validate_queue_name(queue)
+        params = {
+            "exchange": exchange,
+            "routing_key": routing_key,
+            "queue": queue,
+            "exchange_type": exchange_type,
+            "now": self._now(),
+        }
+        self._run(lambda tx: tx.execute(self.q.binding_add, params), single=True)
+
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
+        """Remove one stored binding."""
+        params = {"exchange": exchange, "routing_key": routing_key, "queue": queue}
+        self._run(lambda tx: tx.execute(self.q.binding_remove, params), single=True)
+
+    def unbind_queue(self, queue: str) -> None:
+        """Remove every stored binding of ``queue``."""
+        self._run(lambda tx: tx.execute(self.q.binding_remove_queue, {"queue": queue}), single=True)
+
+    def bindings(self, exchange: str) -> list[tuple[str, str, str]]:
+        """``(routing_key, queue, exchange_type)`` of every queue bound to ``exchange``."""
+        rows = self._run(
+            lambda tx: tx.execute(self.q.binding_list, {"exchange": exchange}).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return [(str(rk), str(q), str(t)) for rk, q, t in rows]
 
     def get_job(self, job_id: int) -> dict[str, Any] | None:
         """The raw row of one job, for inspection and tests; None if it is gone."""

@@ -133,6 +133,26 @@ class Queries:
     # Never removes a reservation, even a lapsed one: its holder may still be running it.
     queue_purge = sa.text("DELETE FROM askr_jobs WHERE queue = :queue AND reserved_until IS NULL")
     queue_delete = sa.text("DELETE FROM askr_jobs WHERE queue = :queue")
+    # Bindings. "Insert unless present": race-free here only where writers are serialized
+    # (SQLite's BEGIN IMMEDIATE); the server engines override it with their upsert.
+    binding_add = sa.text(
+        """
+        INSERT INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)
+        SELECT :exchange, :routing_key, :queue, :exchange_type, :now
+         WHERE NOT EXISTS (SELECT 1 FROM askr_bindings
+                            WHERE exchange = :exchange AND routing_key = :routing_key
+                              AND queue = :queue)
+        """
+    )
+    binding_remove = sa.text(
+        "DELETE FROM askr_bindings WHERE exchange = :exchange AND routing_key = :routing_key"
+        " AND queue = :queue"
+    )
+    binding_remove_queue = sa.text("DELETE FROM askr_bindings WHERE queue = :queue")
+    binding_list = sa.text(
+        "SELECT routing_key, queue, exchange_type FROM askr_bindings WHERE exchange = :exchange"
+        " ORDER BY created_at, queue"
+    )
     dead_letter_sweep = sa.text("DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff")
     dead_letter_list = sa.text(
         """

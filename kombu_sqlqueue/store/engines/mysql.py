@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 
 class MySQLQueries(Queries):
+    binding_add = sa.text(
+        """
+        INSERT IGNORE INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)
+        VALUES (:exchange, :routing_key, :queue, :exchange_type, :now)
+        """
+    )
     job_claim_lock_fresh = sa.text(
         """
         SELECT id, priority, available_at FROM askr_jobs

@@ -77,6 +77,13 @@ class PostgreSQLQueries(Queries):
                   j.max_attempts, j.uuid
         """
     )
+    binding_add = sa.text(
+        """
+        INSERT INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)
+        VALUES (:exchange, :routing_key, :queue, :exchange_type, :now)
+        ON CONFLICT DO NOTHING
+        """
+    )
     job_dead_letter_copy = sa.text(
         """
         INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)

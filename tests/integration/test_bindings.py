@@ -1,0 +1,122 @@
+"""Exchanges and bindings stored in askr_bindings: every process routes alike.
+
+Each ``Connection`` has its own Kombu transport and so its own in-memory exchange state, as
+separate processes do; only the database is shared. On every engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+
+from kombu_sqlqueue.store import JobStore
+
+
+@pytest.fixture
+def connect(broker_url: str) -> Iterator[Any]:
+    opened: list[Connection] = []
+
+    def make() -> Connection:
+        c = Connection(broker_url)
+        opened.append(c)
+        return c
+
+    yield make
+    for c in opened:
+        c.release()
+
+
+def bound(store: JobStore, exchange: str) -> list[tuple[str, str, str]]:
+    return sorted(store.bindings(exchange))
+
+
+def test_fanout_reaches_queues_bound_by_other_processes(connect: Any, store: JobStore) -> None:
+    bcast = Exchange("bcast", type="fanout")
+    for name in ("node1", "node2"):
+        Queue(f"{name}.box", bcast, channel=connect().channel()).declare()
+    publisher = Producer(connect().channel())  # never declared anything
+    publisher.publish({"ping": 1}, exchange=bcast, routing_key="", declare=[bcast])
+    assert store.size("node1.box") == 1
+    assert store.size("node2.box") == 1
+    assert bound(store, "bcast") == [("", "node1.box", "fanout"), ("", "node2.box", "fanout")]
+
+
+def test_topic_routes_for_a_publisher_that_never_declared_the_exchange(
+    connect: Any, store: JobStore
+) -> None:
+    events = Exchange("ev", type="topic")
+    Queue("tasks-only", events, routing_key="task.#", channel=connect().channel()).declare()
+    Queue("everything", events, routing_key="#", channel=connect().channel()).declare()
+    publisher = Producer(connect().channel())
+    publisher.publish({"e": 1}, exchange="ev", routing_key="task.succeeded")
+    publisher.publish({"e": 2}, exchange="ev", routing_key="worker.heartbeat")
+    assert store.size("tasks-only") == 1
+    assert store.size("everything") == 2
+
+
+def test_nothing_is_stored_for_an_exchange_without_bound_queues(
+    connect: Any, store: JobStore
+) -> None:
+    publisher = Producer(connect().channel())
+    publisher.publish({"x": 1}, exchange=Exchange("lonely", type="fanout"), routing_key="",
+                      declare=[Exchange("lonely", type="fanout")])  # fmt: skip
+    publisher.publish({"x": 2}, exchange="nobody-declared-this", routing_key="k")
+    assert store.backlog("lonely").total == 0
+    assert bound(store, "lonely") == []
+
+
+def test_a_binding_made_after_the_table_was_read_is_seen_at_once(
+    connect: Any, store: JobStore
+) -> None:
+    direct = Exchange("replies", type="direct")
+    publisher_conn = connect()
+    publisher = Producer(publisher_conn.channel())
+    publisher.publish({"early": 1}, exchange=direct, routing_key="r1", declare=[direct])
+    Queue("r1.queue", direct, routing_key="r1", channel=connect().channel()).declare()
+    publisher.publish({"late": 1}, exchange=direct, routing_key="r1")  # table read just before
+    assert store.size("r1.queue") == 1
+
+
+def test_auto_delete_queue_goes_with_its_consumer(connect: Any, store: JobStore) -> None:
+    bcast = Exchange("bcast2", type="fanout")
+    consumer_conn = connect()
+    queue = Queue("ephemeral", bcast, auto_delete=True)
+    got: list[Any] = []
+
+    def on_message(body: Any, message: Message) -> None:
+        got.append(body)
+        message.ack()
+
+    publisher = Producer(connect().channel())
+    with Consumer(consumer_conn, [queue], callbacks=[on_message]):
+        publisher.publish({"n": 1}, exchange=bcast, routing_key="", declare=[bcast])
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                consumer_conn.drain_events(timeout=1)
+        assert got == [{"n": 1}]
+        assert bound(store, "bcast2") == [("", "ephemeral", "fanout")]
+    # The consumer left: the queue and its binding are gone; broadcasts store nothing (a
+    # process that read the bindings less than bindings_cache_seconds ago still routes
+    # by what it read: a new publisher here).
+    assert bound(store, "bcast2") == []
+    Producer(connect().channel()).publish({"n": 2}, exchange=bcast, routing_key="")
+    assert store.backlog("ephemeral").total == 0
+
+
+def test_unbind_and_queue_delete_remove_stored_bindings(connect: Any, store: JobStore) -> None:
+    direct = Exchange("d", type="direct")
+    channel = connect().channel()
+    queue = Queue("dq", direct, routing_key="k", channel=channel)
+    queue.declare()
+    assert bound(store, "d") == [("k", "dq", "direct")]
+    queue.unbind_from(direct, routing_key="k")
+    assert bound(store, "d") == []
+    queue.declare()
+    queue.delete()
+    assert bound(store, "d") == []
