@@ -44,9 +44,11 @@ from typing import Any
 
 import sqlalchemy
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ._version import __version__
 from .exceptions import MalformedMessage, StoreConnectionError, StoreError
+from .expiry import QueueKeeper
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
 from .store import ClaimedJob, JobStore, NewJob
@@ -252,8 +254,8 @@ class Channel(virtual.Channel):
         for exchange, _rk, _args in list(self.state.queue_bindings(queue)):
             self._tables.pop(exchange, None)
         self.state.queue_bindings_delete(queue)
-        self.store.unbind_queue(queue)
-        self._delete(queue)
+        self.connection.queue_keeper.forget(queue)
+        self.store.drop_queue(queue)  # its jobs, bindings and lifetime, at once
         return None
 
     def get_table(self, exchange: str) -> list[Any]:
@@ -315,12 +317,30 @@ class Channel(virtual.Channel):
 
     # -- queue management ---------------------------------------------------------------
 
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        # As Redis does: Queue(expires=…, message_ttl=…) become x-expires / x-message-ttl.
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         # Queues are values of the ``queue`` column: nothing to create, but
         # the name is checked now rather than at the first publish.
         validate_queue_name(queue)
         if kwargs.get("auto_delete") or kwargs.get("exclusive"):
             self._auto_delete.add(queue)
+        expires_ms = (kwargs.get("arguments") or {}).get("x-expires")
+        if expires_ms:
+            expires = float(expires_ms) / 1000.0
+            self.store.declare_queue(queue, expires)
+            self.connection.queue_keeper.watch(
+                queue, expires, lambda: self._restore_queue(queue, expires)
+            )
+
+    def _restore_queue(self, queue: str, expires: float) -> None:
+        """Declare and bind again a queue of ours that expired while we stalled."""
+        self.store.declare_queue(queue, expires)
+        for exchange, routing_key, _args in list(self.state.queue_bindings(queue)):
+            etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
+            self.store.bind(exchange, etype, routing_key, queue)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         validate_queue_name(queue)
@@ -379,6 +399,7 @@ class Transport(virtual.Transport):
         self.store = JobStore(str(url), self.options.store_options())
         self.held = HeldDeliveries()
         self.renewer = Renewer(self.store, self.held, self.options)
+        self.queue_keeper = QueueKeeper(self.store)
         self._idle_rounds = 0
 
     # kombu's two base classes declare this differently; we match the virtual one.
@@ -424,6 +445,7 @@ class Transport(virtual.Transport):
             super().close_connection(connection)
         finally:
             self.renewer.stop()
+            self.queue_keeper.stop()
             self.store.close()
 
     def driver_version(self) -> str:

@@ -20,6 +20,8 @@ JOBS_TABLE = "askr_jobs"
 FAILED_TABLE = "askr_failed_jobs"
 #: Exchange bindings (ours, not contract v1's): every process routes by the same table.
 BINDINGS_TABLE = "askr_bindings"
+#: Queues with a lifetime (``x-expires``): deleted when nobody has used them for that long.
+QUEUES_TABLE = "askr_queues"
 CLAIM_INDEX = "askr_jobs_claim"
 
 #: Columns contract v1 defines; a table lacking one of them is not ours to use.
@@ -97,6 +99,15 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("queue", sa.String(255), primary_key=True),
         sa.Column("exchange_type", sa.String(16), nullable=False),
         sa.Column("created_at", sa.BigInteger, nullable=False, server_default=now_default),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Table(
+        QUEUES_TABLE,
+        metadata,
+        sa.Column("name", sa.String(255), primary_key=True),
+        sa.Column("expires_seconds", sa.BigInteger, nullable=True),
+        sa.Column("last_used_at", sa.BigInteger, nullable=False),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )

@@ -46,6 +46,7 @@ from .schema import (
     CONTRACT_JOB_COLUMNS,
     FAILED_TABLE,
     JOBS_TABLE,
+    QUEUES_TABLE,
 )
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class JobStore:
                 (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
                 (FAILED_TABLE, tuple(c.name for c in self.engine.failed.columns)),
                 (BINDINGS_TABLE, ("exchange", "routing_key", "queue", "exchange_type")),
+                (QUEUES_TABLE, ("name", "expires_seconds", "last_used_at")),
             ):
                 if not inspector.has_table(table):
                     raise SchemaMismatch(
@@ -561,6 +563,61 @@ class JobStore:
             single=True,
         )
         return [(str(rk), str(q), str(t)) for rk, q, t in rows]
+
+    # -- expiring queues (x-expires) ---------------------------------------------------
+
+    def declare_queue(self, queue: str, expires: float | None) -> None:
+        """Record ``queue`` as used now, deleted after ``expires`` seconds unused (None:
+        never)."""
+        validate_queue_name(queue)
+        params = {
+            "name": queue,
+            "expires": None if expires is None else max(1, math.ceil(expires)),
+            "now": self._now(),
+        }
+
+        def work(tx: Tx) -> None:
+            tx.execute(self.q.queue_add, params)
+            tx.execute(self.q.queue_set, params)
+
+        self._run(work)
+
+    def touch_queues(self, queues: Collection[str]) -> set[str]:
+        """Mark ``queues`` as used now; return those that still exist (not swept)."""
+        names = sorted(set(queues))
+        if not names:
+            return set()
+        now = self._now()
+
+        def work(tx: Tx) -> set[str]:
+            touched = tx.execute_bound(self.q.queue_touch.bindparams(now=now, names=names))
+            if touched.rowcount == len(names):
+                return set(names)
+            rows = tx.execute_bound(self.q.queue_present.bindparams(names=names)).fetchall()
+            return {str(r[0]) for r in rows}
+
+        return self._run(work)
+
+    def expired_queues(self) -> list[str]:
+        """Queues unused for longer than their ``expires``."""
+        rows = self._run(
+            lambda tx: tx.execute(self.q.queue_expired, {"now": self._now()}).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return [str(r[0]) for r in rows]
+
+    def drop_queue(self, queue: str) -> int:
+        """Delete ``queue``: its jobs (held ones too), its bindings and its record, in one
+        transaction; return how many jobs went."""
+        params = {"queue": queue, "name": queue}
+
+        def work(tx: Tx) -> int:
+            tx.execute(self.q.binding_remove_queue, params)
+            tx.execute(self.q.queue_forget, params)
+            return int(tx.execute(self.q.queue_delete, params).rowcount)
+
+        return self._run(work)
 
     def get_job(self, job_id: int) -> dict[str, Any] | None:
         """The raw row of one job, for inspection and tests; None if it is gone."""

@@ -116,3 +116,21 @@ def test_workers_leave_no_pidbox_queue_or_binding_behind(
     left = sql(db_url, "SELECT exchange, queue FROM askr_bindings WHERE exchange <> 'e2e'")
     assert left == []  # pidbox and reply queues went with their consumers
     assert sql(db_url, "SELECT count(*) FROM askr_jobs")[0][0] == 0
+
+
+def test_a_killed_workers_pidbox_queue_expires_and_broadcasts_stop_filling_it(
+    workers: list[Proc], broker_url: str, db_url: str, tmp_path: Path
+) -> None:
+    alpha = workers[0]
+    alpha.kill_group(signal.SIGKILL)  # no clean shutdown: its pidbox queue stays bound
+
+    def alpha_bound() -> bool:
+        rows = sql(db_url, "SELECT queue FROM askr_bindings WHERE exchange = 'celery.pidbox'")
+        return any(str(r[0]).startswith("alpha@") for r in rows)
+
+    assert alpha_bound()
+    # Celery declares pidbox queues with expires=10 s; beta's keeper sweeps expired queues.
+    wait_until(lambda: not alpha_bound(), 60, what="the dead worker's pidbox queue to expire")
+    done = celery_cli(broker_url, tmp_path, "inspect", "ping", "--timeout", "3", "--json")
+    assert [name.split("@")[0] for name in json.loads(done.stdout)] == ["beta"]
+    assert sql(db_url, "SELECT count(*) FROM askr_jobs WHERE queue LIKE ?", "alpha@%")[0][0] == 0

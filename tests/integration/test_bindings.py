@@ -120,3 +120,49 @@ def test_unbind_and_queue_delete_remove_stored_bindings(connect: Any, store: Job
     queue.declare()
     queue.delete()
     assert bound(store, "d") == []
+
+
+def _transport(conn: Connection) -> Any:
+    conn.default_channel  # noqa: B018 — connects
+    return conn.transport
+
+
+def test_a_queue_whose_process_died_expires_with_its_jobs_and_bindings(
+    connect: Any, store: JobStore
+) -> None:
+    bcast = Exchange("bcast3", type="fanout")
+    dead = connect()
+    Queue("dead.box", bcast, expires=5, channel=dead.channel()).declare()
+    _transport(dead).queue_keeper.stop()  # the process is gone: nobody keeps it alive
+    Producer(connect().channel()).publish({"n": 1}, exchange=bcast, routing_key="",
+                                          declare=[bcast])  # fmt: skip
+    assert store.size("dead.box") == 1
+    sweeper = _transport(connect())
+    sweeper.store.clock = lambda: time.time() + 4
+    sweeper.queue_keeper.run_once()
+    assert bound(store, "bcast3") == [("", "dead.box", "fanout")]  # not yet 5 s unused
+    sweeper.store.clock = lambda: time.time() + 6
+    sweeper.queue_keeper.run_once()
+    assert bound(store, "bcast3") == []
+    assert store.backlog("dead.box").total == 0
+    Producer(connect().channel()).publish({"n": 2}, exchange=bcast, routing_key="")
+    assert store.backlog("dead.box").total == 0  # nothing routed to it any more
+
+
+def test_a_live_process_keeps_its_expiring_queue_and_restores_it_if_swept(
+    connect: Any, store: JobStore
+) -> None:
+    bcast = Exchange("bcast4", type="fanout")
+    live = connect()
+    Queue("live.box", bcast, expires=5, channel=live.channel()).declare()
+    keeper = _transport(live).queue_keeper
+    keeper.run_once()
+    sweeper = _transport(connect())
+    sweeper.store.clock = lambda: time.time() + 6  # as if the live process stalled 6 s
+    sweeper.queue_keeper.run_once()
+    assert bound(store, "bcast4") == []
+    keeper.run_once()  # the live process notices and declares and binds it again
+    assert bound(store, "bcast4") == [("", "live.box", "fanout")]
+    Producer(connect().channel()).publish({"n": 1}, exchange=bcast, routing_key="",
+                                          declare=[bcast])  # fmt: skip
+    assert store.size("live.box") == 1

@@ -153,6 +153,28 @@ class Queries:
         "SELECT routing_key, queue, exchange_type FROM askr_bindings WHERE exchange = :exchange"
         " ORDER BY created_at, queue"
     )
+    # Expiring queues: "insert unless present" as binding_add (engines override it).
+    queue_add = sa.text(
+        """
+        INSERT INTO askr_queues (name, expires_seconds, last_used_at)
+        SELECT :name, :expires, :now
+         WHERE NOT EXISTS (SELECT 1 FROM askr_queues WHERE name = :name)
+        """
+    )
+    queue_set = sa.text(
+        "UPDATE askr_queues SET expires_seconds = :expires, last_used_at = :now WHERE name = :name"
+    )
+    queue_touch = sa.text(
+        "UPDATE askr_queues SET last_used_at = :now WHERE name IN :names"
+    ).bindparams(sa.bindparam("names", expanding=True))
+    queue_present = sa.text("SELECT name FROM askr_queues WHERE name IN :names").bindparams(
+        sa.bindparam("names", expanding=True)
+    )
+    queue_expired = sa.text(
+        "SELECT name FROM askr_queues WHERE expires_seconds IS NOT NULL"
+        " AND last_used_at + expires_seconds <= :now"
+    )
+    queue_forget = sa.text("DELETE FROM askr_queues WHERE name = :name")
     dead_letter_sweep = sa.text("DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff")
     dead_letter_list = sa.text(
         """

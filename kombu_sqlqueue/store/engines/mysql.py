@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 
 class MySQLQueries(Queries):
+    queue_add = sa.text(
+        """
+        INSERT IGNORE INTO askr_queues (name, expires_seconds, last_used_at)
+        VALUES (:name, :expires, :now)
+        """
+    )
     binding_add = sa.text(
         """
         INSERT IGNORE INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)

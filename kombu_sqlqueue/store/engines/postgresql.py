@@ -84,6 +84,12 @@ class PostgreSQLQueries(Queries):
         ON CONFLICT DO NOTHING
         """
     )
+    queue_add = sa.text(
+        """
+        INSERT INTO askr_queues (name, expires_seconds, last_used_at)
+        VALUES (:name, :expires, :now) ON CONFLICT DO NOTHING
+        """
+    )
     job_dead_letter_copy = sa.text(
         """
         INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)
