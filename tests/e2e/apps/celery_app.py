@@ -77,6 +77,12 @@ def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> C
         """Rate-limited: the worker holds the later messages (unacked) in its token bucket."""
         _record("ran", label, self.request)
 
+    @app.task(bind=True, name="e2e.fail", shared=False)
+    def fail(self: Any, label: str) -> None:
+        """Raises: a task-failed event for monitors."""
+        _record("started", label, self.request)
+        raise RuntimeError(f"{label} fails on purpose")
+
     return app
 
 
