@@ -132,16 +132,16 @@ def test_a_queue_whose_process_died_expires_with_its_jobs_and_bindings(
 ) -> None:
     bcast = Exchange("bcast3", type="fanout")
     dead = connect()
-    Queue("dead.box", bcast, expires=5, channel=dead.channel()).declare()
+    Queue("dead.box", bcast, expires=30, channel=dead.channel()).declare()
     _transport(dead).queue_keeper.stop()  # the process is gone: nobody keeps it alive
     Producer(connect().channel()).publish({"n": 1}, exchange=bcast, routing_key="",
                                           declare=[bcast])  # fmt: skip
     assert store.size("dead.box") == 1
     sweeper = _transport(connect())
-    sweeper.store.clock = lambda: time.time() + 4
+    sweeper.store.clock = lambda: time.time() + 20
     sweeper.queue_keeper.run_once()
-    assert bound(store, "bcast3") == [("", "dead.box", "fanout")]  # not yet 5 s unused
-    sweeper.store.clock = lambda: time.time() + 6
+    assert bound(store, "bcast3") == [("", "dead.box", "fanout")]  # not yet 30 s unused
+    sweeper.store.clock = lambda: time.time() + 32
     sweeper.queue_keeper.run_once()
     assert bound(store, "bcast3") == []
     assert store.backlog("dead.box").total == 0
@@ -154,11 +154,11 @@ def test_a_live_process_keeps_its_expiring_queue_and_restores_it_if_swept(
 ) -> None:
     bcast = Exchange("bcast4", type="fanout")
     live = connect()
-    Queue("live.box", bcast, expires=5, channel=live.channel()).declare()
+    Queue("live.box", bcast, expires=30, channel=live.channel()).declare()
     keeper = _transport(live).queue_keeper
     keeper.run_once()
     sweeper = _transport(connect())
-    sweeper.store.clock = lambda: time.time() + 6  # as if the live process stalled 6 s
+    sweeper.store.clock = lambda: time.time() + 32  # as if the live process stalled 32 s
     sweeper.queue_keeper.run_once()
     assert bound(store, "bcast4") == []
     keeper.run_once()  # the live process notices and declares and binds it again

@@ -192,6 +192,7 @@ class LaravelQueueHarness:
         sleep: float | None = 0,
         max_jobs: int | None = None,
         max_time: int | None = None,
+        rest: float | None = None,
     ) -> list[str]:
         args = []
         if queue is not None:
@@ -207,6 +208,7 @@ class LaravelQueueHarness:
             ("sleep", sleep),
             ("max-jobs", max_jobs),
             ("max-time", max_time),
+            ("rest", rest),
         ]:
             if value is not None:
                 args.append(f"--{name}={value}")
