@@ -56,6 +56,9 @@ from .store.names import validate_queue_name
 
 logger = logging.getLogger(__name__)
 
+#: Bound on the (exchange, routing key) pairs remembered as routed nowhere.
+MAX_REMEMBERED_MISSES = 1024
+
 #: Kombu clamps message priorities to this range (``virtual.Channel.max_priority``).
 MAX_PRIORITY = 9
 
@@ -94,6 +97,8 @@ class Channel(virtual.Channel):
         self._tables: dict[str, tuple[float, list[Any]]] = {}
         #: exchange -> type, for exchanges this process never declared.
         self._stored_types: dict[str, str] = {}
+        #: (exchange, routing key) -> monotonic time a fresh read found no bound queue.
+        self._misses: dict[tuple[str, str], float] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
 
@@ -231,7 +236,7 @@ class Channel(virtual.Channel):
         super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
         etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
         self.store.bind(exchange, etype, routing_key, queue)
-        self._tables.pop(exchange, None)
+        self._forget_table(exchange)
 
     def queue_unbind(
         self,
@@ -244,7 +249,7 @@ class Channel(virtual.Channel):
         exchange = exchange or "amq.direct"
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
         self.store.unbind(exchange, routing_key, queue)
-        self._tables.pop(exchange, None)
+        self._forget_table(exchange)
 
     def queue_delete(
         self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
@@ -252,11 +257,16 @@ class Channel(virtual.Channel):
         if if_empty and self._size(queue):
             return None
         for exchange, _rk, _args in list(self.state.queue_bindings(queue)):
-            self._tables.pop(exchange, None)
+            self._forget_table(exchange)
         self.state.queue_bindings_delete(queue)
         self.connection.queue_keeper.forget(queue)
         self.store.drop_queue(queue)  # its jobs, bindings and lifetime, at once
         return None
+
+    def _forget_table(self, exchange: str) -> None:
+        self._tables.pop(exchange, None)
+        for key in [k for k in self._misses if k[0] == exchange]:
+            del self._misses[key]
 
     def get_table(self, exchange: str) -> list[Any]:
         """The routing table of ``exchange`` from askr_bindings (cached for a moment)."""
@@ -298,12 +308,30 @@ class Channel(virtual.Channel):
             self._put(queue, message, **kwargs)
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
+        started = monotonic()
         queues: list[str] = super()._lookup(exchange, routing_key, default)
-        if not queues and exchange and exchange in self._tables:
+        if queues or not exchange or exchange not in self._tables:
+            return queues
+        key = (exchange, routing_key)
+        if self._tables[exchange][0] < started:
+            missed = self._misses.get(key)
+            if missed is not None and started - missed < self.options.bindings_cache_seconds:
+                # A fresh read found nothing bound a moment ago (events with no monitor):
+                # routed nowhere without a SELECT per publish.
+                return queues
             # A binding made since the table was read (a reply queue bound a moment ago):
             # read it again before deciding nothing is bound.
             del self._tables[exchange]
             queues = super()._lookup(exchange, routing_key, default)
+            if queues:
+                self._misses.pop(key, None)
+                return queues
+        # Only topic and fanout misses are remembered: a direct miss is most often a reply
+        # whose client is binding its reply queue again for its next call right now.
+        if self.typeof(exchange).type != "direct":
+            if len(self._misses) >= MAX_REMEMBERED_MISSES:
+                self._misses.clear()  # unique routing keys must not grow this without bound
+            self._misses[key] = monotonic()
         return queues
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:

@@ -82,6 +82,55 @@ def test_a_binding_made_after_the_table_was_read_is_seen_at_once(
     assert store.size("r1.queue") == 1
 
 
+def test_events_with_no_monitor_do_not_read_the_bindings_per_publish(
+    broker_url: str, connect: Any, store: JobStore
+) -> None:
+    # A worker run with -E and nobody listening: a fresh read found nothing bound, so the
+    # next publishes are routed nowhere without a SELECT each, until the cache period ends.
+    events = Exchange("ev-idle", type="topic")
+    conn = Connection(broker_url, transport_options={"bindings_cache_seconds": 0.5})
+    try:
+        channel = conn.channel()
+        reads: list[str] = []
+        real_bindings = channel.store.bindings
+
+        def counted(exchange: str) -> list[tuple[str, str, str]]:
+            reads.append(exchange)
+            return real_bindings(exchange)
+
+        channel.store.bindings = counted
+        publisher = Producer(channel)
+        started = time.monotonic()
+        for i in range(200):
+            publisher.publish(
+                {"i": i}, exchange=events, routing_key="task.succeeded", declare=[events]
+            )
+        elapsed = time.monotonic() - started
+        # One read per cache period at most (plus the first), not one per publish.
+        assert len(reads) <= 2 + int(elapsed / 0.5), (len(reads), elapsed)
+        # A monitor binds from another process: seen once the period has passed.
+        Queue("monitor.ev", events, routing_key="#", channel=connect().channel()).declare()
+        time.sleep(0.6)
+        publisher.publish({"late": 1}, exchange=events, routing_key="task.succeeded")
+        assert store.size("monitor.ev") == 1
+    finally:
+        conn.release()
+
+
+def test_a_reply_queue_bound_again_right_after_a_miss_gets_the_reply(
+    connect: Any, store: JobStore
+) -> None:
+    # A direct miss is not remembered: a client whose reply queue went with its last call
+    # binds it again for the next call, and the worker's reply must find it at once.
+    replies = Exchange("reply.x", type="direct")
+    worker = Producer(connect().channel())
+    worker.publish({"late reply": 1}, exchange=replies, routing_key="client1", declare=[replies])
+    assert store.backlog("client1.q").total == 0
+    Queue("client1.q", replies, routing_key="client1", channel=connect().channel()).declare()
+    worker.publish({"reply": 2}, exchange=replies, routing_key="client1")
+    assert store.size("client1.q") == 1
+
+
 def test_auto_delete_queue_goes_with_its_consumer(connect: Any, store: JobStore) -> None:
     bcast = Exchange("bcast2", type="fanout")
     consumer_conn = connect()
