@@ -8,6 +8,10 @@ adding to. The store records such a queue with its lifetime and the last time it
 as used a few times per lifetime and deletes, with their jobs and bindings, queues nobody
 has used for longer (whoever's they were). A queue of this process found swept (the process
 stalled past the lifetime) is declared and bound again.
+
+The keeper also discards the unconsumed messages that outlived their queue's message TTL
+(``x-message-ttl``; Celery's event queues: 5 s, control queues: 300 s), whoever's queue it
+is, so a queue nobody reads does not keep them; consumers discard them on sight too.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ class QueueKeeper:
         """Keep ``queue`` (lifetime ``expires`` s) alive; ``restore`` re-declares it."""
         with self._lock:
             self._watched[queue] = (expires, restore)
-        self._ensure_started()
+        self.ensure_started()
         self._wake.set()
 
     def forget(self, queue: str) -> None:
@@ -69,8 +73,11 @@ class QueueKeeper:
                 continue
             dropped = self.store.drop_queue(queue)
             logger.info("deleted expired queue %r (%d message(s))", queue, dropped)
+        for queue, count in self.store.discard_expired().items():
+            logger.info("discarded %d message(s) of queue %r past their TTL", count, queue)
 
-    def _ensure_started(self) -> None:
+    def ensure_started(self) -> None:
+        """Run the upkeep thread (it also discards expired messages of every queue)."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()

@@ -7,7 +7,8 @@ Features
 * Supports Topic: Yes (bindings declared in this process, as other virtual transports)
 * Supports Fanout: No (see the control-plane issue)
 * Supports Priority: Yes (0–9; higher first, or Redis-style with ``priority_order``)
-* Supports TTL: No
+* Supports TTL: Yes (per message ``expiration``, per queue ``x-message-ttl``, queue
+  ``x-expires``)
 * Native delayed delivery: Yes (Celery ``eta``/``countdown`` set ``available_at``)
 * Acknowledgements: fenced (row id + reservation token); reservations renewed while
   the consumer lives, lapsing after ``visibility_timeout`` when it dies.
@@ -34,8 +35,10 @@ This module holds no SQL: it turns Kombu calls into job-store calls.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from queue import Empty
@@ -82,6 +85,22 @@ def eta_delay(headers: dict[str, Any] | None, now: datetime | None = None) -> fl
     return max(0.0, (when - now).total_seconds())
 
 
+#: Channels holding auto_delete queues, for the exit hook below.
+_AUTO_DELETE_HOLDERS: weakref.WeakSet[Channel] = weakref.WeakSet()
+
+
+@atexit.register
+def _delete_auto_delete_queues_at_exit() -> None:
+    """Delete this process's auto_delete queues when it exits without closing its channels.
+
+    A broker deletes them when the connection drops; here nothing notices a process going,
+    so a monitor that exits with its event receiver still running in a daemon thread (Flower
+    on SIGTERM) would leave its queue, still bound and filling, until its x-expires lapses.
+    """
+    for channel in list(_AUTO_DELETE_HOLDERS):
+        channel.delete_auto_delete_queues()
+
+
 class Channel(virtual.Channel):
     """A virtual channel whose queues are rows of ``askr_jobs``."""
 
@@ -99,6 +118,8 @@ class Channel(virtual.Channel):
         self._stored_types: dict[str, str] = {}
         #: (exchange, routing key) -> monotonic time a fresh read found no bound queue.
         self._misses: dict[tuple[str, str], float] = {}
+        #: queue -> its x-message-ttl in seconds, as declared here or read with bindings.
+        self._message_ttls: dict[str, float] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
 
@@ -122,7 +143,22 @@ class Channel(virtual.Channel):
             delay=eta_delay(headers),
             max_attempts=self.options.for_queue(queue).max_attempts,
             uuid=str(task_id) if task_id else None,
+            expires_in=self._time_to_live(queue, properties),
         )
+
+    def _time_to_live(self, queue: str, properties: dict[str, Any]) -> float | None:
+        """Seconds ``queue`` keeps this message: the shorter of its ``expiration``
+        property (AMQP: milliseconds, as a string) and the queue's x-message-ttl."""
+        ttl = self._message_ttls.get(queue)
+        expiration = properties.get("expiration")
+        if expiration is not None:
+            try:
+                own = float(expiration) / 1000.0
+            except (TypeError, ValueError):
+                logger.warning("ignoring unparsable expiration property %r", expiration)
+            else:
+                ttl = own if ttl is None else min(ttl, own)
+        return ttl
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish: one INSERT; the job is stored when this returns."""
@@ -214,13 +250,18 @@ class Channel(virtual.Channel):
         return result
 
     def close(self) -> None:
+        self.delete_auto_delete_queues()
+        super().close()
+
+    def delete_auto_delete_queues(self) -> None:
+        """Delete the auto_delete queues this channel consumes (best effort: on the way out)."""
         for queue in [q for q in self._auto_delete if q in self._active_queues]:
             try:
                 self.queue_delete(queue)
-            except StoreError as exc:  # best effort on the way out
+            except StoreError as exc:
                 logger.warning("could not delete auto_delete queue %r: %s", queue, exc)
         self._auto_delete.clear()
-        super().close()
+        _AUTO_DELETE_HOLDERS.discard(self)
 
     # -- exchanges and bindings: stored in askr_bindings, so every process routes alike --
 
@@ -274,15 +315,20 @@ class Channel(virtual.Channel):
         cached = self._tables.get(exchange)
         if cached is not None and now - cached[0] < self.options.bindings_cache_seconds:
             return cached[1]
-        rows = self.store.bindings(exchange)
+        routes = self.store.routes(exchange)
         declared = self.state.exchanges.get(exchange)
         if declared:
             type_name = declared["type"]
         else:
-            type_name = rows[0][2] if rows else self._stored_types.get(exchange, "direct")
+            type_name = (
+                routes[0].exchange_type if routes else self._stored_types.get(exchange, "direct")
+            )
             self._stored_types[exchange] = type_name
+        for route in routes:
+            if route.message_ttl is not None:
+                self._message_ttls[route.queue] = route.message_ttl
         kind: Any = self.exchange_types[type_name]  # an instance per channel at run time
-        table = [kind.prepare_bind(q, exchange, rk, None) for rk, q, _type in rows]
+        table = [kind.prepare_bind(r.queue, exchange, r.routing_key, None) for r in routes]
         self._tables[exchange] = (now, table)
         return table
 
@@ -355,17 +401,27 @@ class Channel(virtual.Channel):
         validate_queue_name(queue)
         if kwargs.get("auto_delete") or kwargs.get("exclusive"):
             self._auto_delete.add(queue)
-        expires_ms = (kwargs.get("arguments") or {}).get("x-expires")
-        if expires_ms:
-            expires = float(expires_ms) / 1000.0
-            self.store.declare_queue(queue, expires)
-            self.connection.queue_keeper.watch(
-                queue, expires, lambda: self._restore_queue(queue, expires)
-            )
+            _AUTO_DELETE_HOLDERS.add(self)
+        arguments = kwargs.get("arguments") or {}
+        expires_ms, ttl_ms = arguments.get("x-expires"), arguments.get("x-message-ttl")
+        expires = float(expires_ms) / 1000.0 if expires_ms else None
+        ttl = float(ttl_ms) / 1000.0 if ttl_ms is not None else None
+        if ttl is not None:
+            self._message_ttls[queue] = ttl
+        if expires is None and ttl is None:
+            return
+        # Recorded so that other processes stamp their messages to it with its TTL, and
+        # the queue keepers delete it when unused (x-expires) or its expired messages.
+        self.store.declare_queue(queue, expires, ttl)
+        keeper = self.connection.queue_keeper
+        if expires is not None:
+            keeper.watch(queue, expires, lambda: self._restore_queue(queue, expires, ttl))
+        else:
+            keeper.ensure_started()
 
-    def _restore_queue(self, queue: str, expires: float) -> None:
+    def _restore_queue(self, queue: str, expires: float, ttl: float | None) -> None:
         """Declare and bind again a queue of ours that expired while we stalled."""
-        self.store.declare_queue(queue, expires)
+        self.store.declare_queue(queue, expires, ttl)
         for exchange, routing_key, _args in list(self.state.queue_bindings(queue)):
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
             self.store.bind(exchange, etype, routing_key, queue)

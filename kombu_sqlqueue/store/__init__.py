@@ -11,6 +11,7 @@ from .model import (
     DeadLetter,
     NewJob,
     Receipt,
+    Route,
 )
 from .names import MAX_QUEUE_NAME_LENGTH, validate_queue_name
 from .store import ClaimResult, JobStore, StoreOptions, parse_store_url
@@ -27,6 +28,7 @@ __all__ = [
     "JobStore",
     "NewJob",
     "Receipt",
+    "Route",
     "StoreOptions",
     "parse_store_url",
     "validate_queue_name",

@@ -17,7 +17,9 @@ class NewJob:
     """A job to enqueue.
 
     ``delay`` is in seconds (0 = ready now); ``uuid`` is the caller's identity
-    for the job (a Celery task id), copied into the dead-letter row if it dies.
+    for the job (a Celery task id), copied into the dead-letter row if it dies;
+    ``expires_in`` (seconds, None = never) is its time to live: a job still
+    unclaimed then is discarded, as AMQP discards a message past its TTL.
     """
 
     queue: str
@@ -26,6 +28,7 @@ class NewJob:
     delay: float = 0.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     uuid: str | None = None
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,19 @@ class ClaimedJob:
     def receipt(self) -> Receipt:
         """The (id, token) pair that every settlement of this delivery must name."""
         return Receipt(self.id, self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A stored binding: messages to ``exchange`` with a matching key go to ``queue``.
+
+    ``message_ttl`` is the queue's time to live for messages (seconds), if it has one.
+    """
+
+    routing_key: str
+    queue: str
+    exchange_type: str
+    message_ttl: float | None
 
 
 @dataclass(frozen=True, slots=True)

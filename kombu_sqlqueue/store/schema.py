@@ -9,6 +9,9 @@ compatibility rule:
   nothing (fencing, seed 004).
 * ``uuid`` — the caller's identity for the job (a Celery task id), so a
   dead-letter row carries it without the store parsing payloads.
+* ``expires_at`` — unix seconds after which the message is discarded unconsumed
+  (AMQP's per-message and per-queue TTL); NULL for most jobs, which never expire.
+  A runtime that ignores it just delivers late messages.
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ CONTRACT_JOB_COLUMNS = (
     "created_at",
 )
 #: Columns this package adds; added in place to a contract-v1 table lacking them.
-ADDITIVE_JOB_COLUMNS = {"reserved_token": "VARCHAR(64)", "uuid": "VARCHAR(255)"}
+ADDITIVE_JOB_COLUMNS = {
+    "reserved_token": "VARCHAR(64)",
+    "uuid": "VARCHAR(255)",
+    "expires_at": "BIGINT",
+}
+#: Columns added to our own tables after their first release, added in place likewise.
+ADDED_COLUMNS = {QUEUES_TABLE: {"message_ttl_ms": "BIGINT"}}
 
 # MySQL cannot index TEXT without a prefix length, and its BLOB stops at 64 KiB.
 _QueueName = sa.Text().with_variant(sa.String(255), "mysql", "mariadb")
@@ -62,6 +71,7 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("created_at", sa.BigInteger, nullable=False, server_default=now_default),
         sa.Column("reserved_token", sa.String(64), nullable=True),
         sa.Column("uuid", sa.String(255), nullable=True),
+        sa.Column("expires_at", sa.BigInteger, nullable=True),
         # Contract v1 says AUTOINCREMENT: ids are never reused after a delete.
         sqlite_autoincrement=True,
         # Queue names and tokens are matched exactly: a binary collation on MySQL,
@@ -108,6 +118,8 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("name", sa.String(255), primary_key=True),
         sa.Column("expires_seconds", sa.BigInteger, nullable=True),
         sa.Column("last_used_at", sa.BigInteger, nullable=False),
+        # x-message-ttl: a publisher that reads the queue's bindings stamps its messages.
+        sa.Column("message_ttl_ms", sa.BigInteger, nullable=True),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )

@@ -38,9 +38,10 @@ from .engines.base import Listener
 from .engines.postgresql import SYNCHRONOUS_COMMIT_MODES
 from .engines.sqlite import SYNCHRONOUS_MODES
 from .executor import Executor, Tx
-from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
+from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt, Route
 from .names import validate_queue_name
 from .schema import (
+    ADDED_COLUMNS,
     ADDITIVE_JOB_COLUMNS,
     BINDINGS_TABLE,
     CONTRACT_JOB_COLUMNS,
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
-#: every engine's bind-parameter limit: 7 parameters a row).
+#: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
 
 
@@ -98,6 +99,8 @@ class ClaimResult:
 
     jobs: list[ClaimedJob]
     dead_lettered: int = 0
+    #: Rows found past their ``expires_at`` and discarded instead of handed out.
+    expired: int = 0
 
 
 def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
@@ -197,11 +200,13 @@ class JobStore:
         self.verify_schema()
 
     def _add_missing_columns(self, conn: sa.Connection) -> None:
-        present = {c["name"] for c in sa.inspect(conn).get_columns(JOBS_TABLE)}
-        for name, ddl_type in ADDITIVE_JOB_COLUMNS.items():
-            if name not in present:
-                # Identifiers are constants of this module; no user text here.
-                conn.exec_driver_sql(f"ALTER TABLE {JOBS_TABLE} ADD COLUMN {name} {ddl_type} NULL")
+        inspector = sa.inspect(conn)
+        for table, columns in ((JOBS_TABLE, ADDITIVE_JOB_COLUMNS), *ADDED_COLUMNS.items()):
+            present = {c["name"] for c in inspector.get_columns(table)}
+            for name, ddl_type in columns.items():
+                if name not in present:
+                    # Identifiers are constants of the schema module; no user text here.
+                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {name} {ddl_type} NULL")
 
     def verify_schema(self) -> None:
         """Raise :class:`SchemaMismatch` unless both tables have every column we use."""
@@ -211,7 +216,7 @@ class JobStore:
                 (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
                 (FAILED_TABLE, tuple(c.name for c in self.engine.failed.columns)),
                 (BINDINGS_TABLE, ("exchange", "routing_key", "queue", "exchange_type")),
-                (QUEUES_TABLE, ("name", "expires_seconds", "last_used_at")),
+                (QUEUES_TABLE, ("name", "expires_seconds", "last_used_at", "message_ttl_ms")),
             ):
                 if not inspector.has_table(table):
                     raise SchemaMismatch(
@@ -240,8 +245,10 @@ class JobStore:
             raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
         if job.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {job.max_attempts!r}")
-        # A delayed job is rounded up, so it is never claimable early.
+        # A delayed job is rounded up, so it is never claimable early; an expiring one
+        # too, so it lives at least its time to live.
         available_at = math.ceil(now + job.delay) if job.delay > 0 else int(now)
+        expires_at = None if job.expires_in is None else math.ceil(now + max(0.0, job.expires_in))
         return {
             "queue": job.queue,
             "payload": job.payload,
@@ -250,6 +257,7 @@ class JobStore:
             "max_attempts": int(job.max_attempts),
             "created_at": int(now),
             "uuid": job.uuid,
+            "expires_at": expires_at,
         }
 
     def enqueue(self, job: NewJob) -> int:
@@ -310,23 +318,37 @@ class JobStore:
         }
 
     def _claim_in(self, tx: Tx, params: dict[str, Any], max_attempts: int | None) -> ClaimResult:
-        token, now = params["token"], params["now"]
-        # id, queue, payload, priority, available_at, attempts, max_attempts, uuid
-        rows = self.engine.claim_rows(tx, params)
-        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+        token, now, wanted = params["token"], params["now"], params["n"]
         jobs: list[ClaimedJob] = []
-        dead = 0
-        for job_id, q, payload, priority, _avail, attempts, row_limit, uuid in rows:
-            limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
-            if attempts > limit:
-                reason = f"max attempts exceeded ({limit} of {limit} used)"
-                self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
-                dead += 1
-                continue
-            jobs.append(
-                ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
-            )
-        return ClaimResult(jobs, dead)
+        dead = expired = 0
+        for round_ in range(2):
+            if round_:
+                # The claim met expired rows and came up short: discard every expired row
+                # of the queue at once (one statement, only on this path), then claim again.
+                expired += int(tx.execute(self.q.queue_discard_expired_ready, params).rowcount)
+            # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+            # expires_at
+            rows = self.engine.claim_rows(tx, {**params, "n": wanted - len(jobs)})
+            rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+            expired_before = expired
+            for job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires in rows:
+                if expires is not None and expires <= now:
+                    # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
+                    tx.execute(self.q.job_ack, {"id": job_id, "token": token})
+                    expired += 1
+                    continue
+                limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
+                if attempts > limit:
+                    reason = f"max attempts exceeded ({limit} of {limit} used)"
+                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
+                    dead += 1
+                    continue
+                jobs.append(
+                    ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
+                )
+            if expired == expired_before or len(jobs) >= wanted:
+                break
+        return ClaimResult(jobs, dead, expired)
 
     @staticmethod
     def _log_dead_lettered(result: ClaimResult, queue: str) -> None:
@@ -334,6 +356,12 @@ class JobStore:
             logger.warning(
                 "dead-lettered %d job(s) of queue %r: max attempts exceeded",
                 result.dead_lettered,
+                queue,
+            )
+        if result.expired:
+            logger.info(
+                "discarded %d expired message(s) of queue %r (past their TTL)",
+                result.expired,
                 queue,
             )
 
@@ -557,23 +585,33 @@ class JobStore:
 
     def bindings(self, exchange: str) -> list[tuple[str, str, str]]:
         """``(routing_key, queue, exchange_type)`` of every queue bound to ``exchange``."""
+        return [(r.routing_key, r.queue, r.exchange_type) for r in self.routes(exchange)]
+
+    def routes(self, exchange: str) -> list[Route]:
+        """Every binding of ``exchange``, with its queue's message TTL (one query)."""
         rows = self._run(
             lambda tx: tx.execute(self.q.binding_list, {"exchange": exchange}).fetchall(),
             read_only=True,
             single=True,
         )
-        return [(str(rk), str(q), str(t)) for rk, q, t in rows]
+        return [
+            Route(str(rk), str(q), str(t), None if ttl is None else int(ttl) / 1000.0)
+            for rk, q, t, ttl in rows
+        ]
 
     # -- expiring queues (x-expires) ---------------------------------------------------
 
-    def declare_queue(self, queue: str, expires: float | None) -> None:
+    def declare_queue(
+        self, queue: str, expires: float | None, message_ttl: float | None = None
+    ) -> None:
         """Record ``queue`` as used now, deleted after ``expires`` seconds unused (None:
-        never)."""
+        never); its messages live ``message_ttl`` seconds (None: until consumed)."""
         validate_queue_name(queue)
         params = {
             "name": queue,
             "expires": None if expires is None else max(1, math.ceil(expires)),
             "now": self._now(),
+            "message_ttl_ms": None if message_ttl is None else max(0, round(message_ttl * 1000)),
         }
 
         def work(tx: Tx) -> None:
@@ -606,6 +644,32 @@ class JobStore:
             single=True,
         )
         return [str(r[0]) for r in rows]
+
+    def discard_expired(self) -> dict[str, int]:
+        """Delete unclaimed messages past their TTL in every queue that has a message TTL;
+        return how many went per queue. (A message with its own expiry in a queue without
+        one is discarded when a consumer reaches it, as AMQP does.)"""
+        now = self._now()
+        queues = self._run(
+            lambda tx: tx.execute(self.q.queue_with_message_ttl, {}).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        discarded: dict[str, int] = {}
+        for name, ttl_ms in queues:
+            params = {
+                "queue": str(name),
+                "now": now,
+                "created_before": now - math.ceil(int(ttl_ms) / 1000.0) - 1,
+            }
+
+            def work(tx: Tx, params: dict[str, Any] = params) -> int:
+                return int(tx.execute(self.q.queue_discard_expired, params).rowcount)
+
+            count = self._run(work, single=True)
+            if count:
+                discarded[str(name)] = count
+        return discarded
 
     def drop_queue(self, queue: str) -> int:
         """Delete ``queue``: its jobs (held ones too), its bindings and its record, in one

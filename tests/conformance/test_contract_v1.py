@@ -64,7 +64,7 @@ def test_tables_and_claim_index_have_contract_names(store: JobStore) -> None:
         "id", "queue", "payload", "priority", "available_at",
         "reserved_until", "attempts", "max_attempts", "created_at",
     ]  # fmt: skip
-    assert {"reserved_token", "uuid"} <= set(jobs)
+    assert {"reserved_token", "uuid", "expires_at"} <= set(jobs)
     failed = [c["name"] for c in insp.get_columns("askr_failed_jobs")]
     assert failed == ["id", "uuid", "queue", "payload", "exception", "attempts", "failed_at"]
     index = {i["name"]: i for i in insp.get_indexes("askr_jobs")}["askr_jobs_claim"]
@@ -358,6 +358,75 @@ def test_the_claimers_lower_limit_wins(store: JobStore, clock: Clock) -> None:
     store.claim("q", 1, 5, max_attempts=10)
     clock.advance(5)
     assert store.claim("q", 1, 5, max_attempts=10).dead_lettered == 1
+
+
+# -- time to live (expires_at: AMQP's message TTL) -----------------------------------
+
+
+def test_a_job_past_its_ttl_is_discarded_at_claim_not_dead_lettered(
+    store: JobStore, clock: Clock
+) -> None:
+    doomed = store.enqueue(job(payload=b"short-lived", expires_in=2))
+    kept = store.enqueue(job(payload=b"forever", priority=-1))
+    row = store.get_job(doomed)
+    assert row is not None and row["expires_at"] == T0 + 2
+    clock.advance(1)
+    assert store.claim("q", 1, 30).jobs[0].payload == b"short-lived"  # still alive
+    clock.advance(30)  # its reservation lapsed, and so did its TTL
+    result = store.claim("q", 5, 30)
+    assert [j.payload for j in result.jobs] == [b"forever"]
+    assert (result.expired, result.dead_lettered) == (1, 0)
+    assert store.get_job(doomed) is None and store.get_job(kept) is not None
+    assert store.dead_letters() == []
+
+
+def test_a_claim_reaches_past_expired_rows_to_live_ones(store: JobStore, clock: Clock) -> None:
+    store.enqueue_many([job(payload=b"old%d" % i, priority=5, expires_in=1) for i in range(20)])
+    store.enqueue(job(payload=b"live"))
+    clock.advance(3)
+    result = store.claim("q", 2, 30)
+    assert [j.payload for j in result.jobs] == [b"live"]
+    assert result.expired == 20
+    assert store.backlog("q").total == 1
+
+
+def test_ttl_of_zero_lives_under_a_second(store: JobStore, clock: Clock) -> None:
+    clock.advance(0.5)
+    store.enqueue(job(expires_in=0))
+    assert len(store.claim("q", 1, 30).jobs) == 1  # taken at once: delivered
+    store.enqueue(job(expires_in=0))
+    clock.advance(1)
+    assert store.claim("q", 1, 30).jobs == []
+
+
+def test_queue_message_ttl_is_swept_unconsumed_and_read_with_bindings(
+    store: JobStore, clock: Clock
+) -> None:
+    store.declare_queue("monitor", None, message_ttl=5)
+    store.bind("events", "topic", "#", "monitor")
+    store.bind("events", "topic", "#", "no-ttl")
+    routes = {r.queue: r.message_ttl for r in store.routes("events")}
+    assert routes == {"monitor": 5.0, "no-ttl": None}
+    # Stamped by a publisher that read the TTL, or not (its created_at then counts).
+    store.enqueue(job("monitor", b"stamped", expires_in=5))
+    store.enqueue(job("monitor", b"unstamped"))
+    store.enqueue(job("monitor", b"held"))
+    store.enqueue(job("no-ttl", b"stays"))
+    held = store.claim("monitor", 1, 600).jobs
+    assert store.discard_expired() == {}
+    clock.advance(4)
+    store.enqueue(job("monitor", b"young"))
+    clock.advance(3)
+    assert store.discard_expired() == {"monitor": 2}
+    left = sorted(bytes(r[0]) for r in raw(store, "SELECT payload FROM askr_jobs"))
+    assert left == sorted([held[0].payload, b"young", b"stays"])  # held: its holder settles
+
+
+def test_declaring_again_updates_the_message_ttl(store: JobStore) -> None:
+    store.declare_queue("r", 10, message_ttl=300)
+    store.declare_queue("r", 10, message_ttl=None)
+    store.bind("x", "direct", "r", "r")
+    assert [r.message_ttl for r in store.routes("x")] == [None]
 
 
 # -- backlog, size, purge, delete, sweep ---------------------------------------------

@@ -65,7 +65,8 @@ class Queries:
                ) AS ready
                ORDER BY priority DESC, available_at, id
                LIMIT :n)
-        RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid
+        RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+                  expires_at
         """
     )
     job_ack = sa.text("DELETE FROM askr_jobs WHERE id = :id AND reserved_token = :token")
@@ -107,7 +108,7 @@ class Queries:
     job_get = sa.text(
         """
         SELECT id, queue, payload, priority, available_at, reserved_until, attempts,
-               max_attempts, created_at, reserved_token, uuid
+               max_attempts, created_at, reserved_token, uuid, expires_at
           FROM askr_jobs WHERE id = :id
         """
     )
@@ -149,20 +150,50 @@ class Queries:
         " AND queue = :queue"
     )
     binding_remove_queue = sa.text("DELETE FROM askr_bindings WHERE queue = :queue")
+    # With each bound queue's x-message-ttl, so a publisher stamps the expiry of messages
+    # to queues other processes declared (a monitor's event queue, a client's reply queue).
     binding_list = sa.text(
-        "SELECT routing_key, queue, exchange_type FROM askr_bindings WHERE exchange = :exchange"
-        " ORDER BY created_at, queue"
+        """
+        SELECT b.routing_key, b.queue, b.exchange_type, q.message_ttl_ms
+          FROM askr_bindings b LEFT JOIN askr_queues q ON q.name = b.queue
+         WHERE b.exchange = :exchange
+         ORDER BY b.created_at, b.queue
+        """
     )
-    # Expiring queues: "insert unless present" as binding_add (engines override it).
+    # Queues with a lifetime or a message TTL: "insert unless present" as binding_add
+    # (engines override it).
     queue_add = sa.text(
         """
-        INSERT INTO askr_queues (name, expires_seconds, last_used_at)
-        SELECT :name, :expires, :now
+        INSERT INTO askr_queues (name, expires_seconds, last_used_at, message_ttl_ms)
+        SELECT :name, :expires, :now, :message_ttl_ms
          WHERE NOT EXISTS (SELECT 1 FROM askr_queues WHERE name = :name)
         """
     )
     queue_set = sa.text(
-        "UPDATE askr_queues SET expires_seconds = :expires, last_used_at = :now WHERE name = :name"
+        """
+        UPDATE askr_queues
+           SET expires_seconds = :expires, last_used_at = :now, message_ttl_ms = :message_ttl_ms
+         WHERE name = :name
+        """
+    )
+    # Ready rows past their TTL (unreserved or lapsed), when a claim met some.
+    queue_discard_expired_ready = sa.text(
+        """
+        DELETE FROM askr_jobs
+         WHERE queue = :queue AND expires_at <= :now
+           AND (reserved_until IS NULL OR reserved_until <= :now)
+        """
+    )
+    queue_with_message_ttl = sa.text(
+        "SELECT name, message_ttl_ms FROM askr_queues WHERE message_ttl_ms IS NOT NULL"
+    )
+    # Messages past their TTL that nobody consumes (a held one is its holder's to settle).
+    queue_discard_expired = sa.text(
+        """
+        DELETE FROM askr_jobs
+         WHERE queue = :queue AND reserved_until IS NULL
+           AND (expires_at <= :now OR created_at <= :created_before)
+        """
     )
     queue_touch = sa.text(
         "UPDATE askr_queues SET last_used_at = :now WHERE name IN :names"
@@ -199,6 +230,7 @@ ENQUEUE_COLUMNS = (
     "max_attempts",
     "created_at",
     "uuid",
+    "expires_at",
 )
 
 
@@ -241,7 +273,7 @@ class BaseEngine:
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
         """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
-        available_at, attempts, max_attempts, uuid) tuples."""
+        available_at, attempts, max_attempts, uuid, expires_at) tuples."""
         return list(tx.execute(self.queries.job_claim, params).fetchall())
 
     def job_enqueue_many(self, count: int) -> sa.Executable:

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 class MySQLQueries(Queries):
     queue_add = sa.text(
         """
-        INSERT IGNORE INTO askr_queues (name, expires_seconds, last_used_at)
-        VALUES (:name, :expires, :now)
+        INSERT IGNORE INTO askr_queues (name, expires_seconds, last_used_at, message_ttl_ms)
+        VALUES (:name, :expires, :now, :message_ttl_ms)
         """
     )
     binding_add = sa.text(
@@ -66,7 +66,8 @@ class MySQLQueries(Queries):
     ).bindparams(sa.bindparam("ids", expanding=True))
     job_claim_read = sa.text(
         """
-        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid
+        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+               expires_at
           FROM askr_jobs WHERE id IN :ids
         """
     ).bindparams(sa.bindparam("ids", expanding=True))

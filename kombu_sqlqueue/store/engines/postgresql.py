@@ -49,8 +49,10 @@ class PostgreSQLQueries(Queries):
         """
         WITH ins AS (
             INSERT INTO askr_jobs
-                   (queue, payload, priority, available_at, max_attempts, created_at, uuid)
-            VALUES (:queue, :payload, :priority, :available_at, :max_attempts, :created_at, :uuid)
+                   (queue, payload, priority, available_at, max_attempts, created_at, uuid,
+                    expires_at)
+            VALUES (:queue, :payload, :priority, :available_at, :max_attempts, :created_at, :uuid,
+                    :expires_at)
             RETURNING id)
         SELECT id, pg_notify('askr_jobs', CAST(:queue AS TEXT)) FROM ins
         """
@@ -74,7 +76,7 @@ class PostgreSQLQueries(Queries):
            SET reserved_until = :until, attempts = j.attempts + 1, reserved_token = :token
           FROM picked WHERE j.id = picked.id
         RETURNING j.id, j.queue, j.payload, j.priority, j.available_at, j.attempts,
-                  j.max_attempts, j.uuid
+                  j.max_attempts, j.uuid, j.expires_at
         """
     )
     binding_add = sa.text(
@@ -86,8 +88,8 @@ class PostgreSQLQueries(Queries):
     )
     queue_add = sa.text(
         """
-        INSERT INTO askr_queues (name, expires_seconds, last_used_at)
-        VALUES (:name, :expires, :now) ON CONFLICT DO NOTHING
+        INSERT INTO askr_queues (name, expires_seconds, last_used_at, message_ttl_ms)
+        VALUES (:name, :expires, :now, :message_ttl_ms) ON CONFLICT DO NOTHING
         """
     )
     job_dead_letter_copy = sa.text(
