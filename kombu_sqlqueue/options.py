@@ -91,7 +91,8 @@ class TransportOptions:
     #: restart); publishes and acks wait meanwhile. 0: raise at once.
     reconnect_timeout: float = 60.0
     #: Seconds a process reuses an exchange's bindings read from askr_bindings before it
-    #: reads them again (a publish that finds no bound queue always reads them again).
+    #: reads them again. A publish that finds no bound queue reads them again at once,
+    #: unless a fresh read found its topic/fanout routing key unbound within this time.
     bindings_cache_seconds: float = 1.0
 
     @classmethod
