@@ -225,8 +225,14 @@ class Channel(virtual.Channel):
         return messages[0]
 
     def _get_and_deliver(self, queue: str, callback: Callable[[Any, str], Any]) -> None:
-        """Claim a batch for the consumer's free prefetch room, and deliver each message."""
-        messages = self._claim(queue, self._batch_size())
+        """Claim a batch for the consumer's free prefetch room, and deliver each message.
+
+        A no_ack queue (a reply queue, a monitor's events) gets one message per call, as
+        from a broker: Kombu's pidbox collects ``limit`` replies with one ``drain_events``
+        each, and would wait out its whole timeout for a reply it was handed already.
+        """
+        n = 1 if queue in self._noack_queues else self._batch_size()
+        messages = self._claim(queue, n)
         if not messages:
             raise Empty()
         for message in messages:

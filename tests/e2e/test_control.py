@@ -24,14 +24,15 @@ from e2e_harness import E2E_DIR, Proc, sql, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
-@pytest.fixture
-def workers(spawn: Callable[..., Proc], broker_url: str, tmp_path: Path) -> list[Proc]:
+def start_workers(
+    spawn: Callable[..., Proc], broker_url: str, tmp_path: Path, *pool: str
+) -> list[Proc]:
     started = []
     for name in ("alpha", "beta"):
         worker = spawn(
             name,
             [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-             "--pool=solo", "-l", "info", "-n", f"{name}@%h"],
+             *(pool or ["--pool=solo"]), "-l", "info", "-n", f"{name}@%h"],
             E2E_BROKER_URL=broker_url,
             E2E_OUT=str(tmp_path / "tasks.jsonl"),
         )  # fmt: skip
@@ -39,6 +40,11 @@ def workers(spawn: Callable[..., Proc], broker_url: str, tmp_path: Path) -> list
     for worker in started:
         worker.wait_text("ready.", timeout=60)
     return started
+
+
+@pytest.fixture
+def workers(spawn: Callable[..., Proc], broker_url: str, tmp_path: Path) -> list[Proc]:
+    return start_workers(spawn, broker_url, tmp_path)
 
 
 def celery_cli(broker_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -134,3 +140,79 @@ def test_a_killed_workers_pidbox_queue_expires_and_broadcasts_stop_filling_it(
     done = celery_cli(broker_url, tmp_path, "inspect", "ping", "--timeout", "3", "--json")
     assert [name.split("@")[0] for name in json.loads(done.stdout)] == ["beta"]
     assert sql(db_url, "SELECT count(*) FROM askr_jobs WHERE queue LIKE ?", "alpha@%")[0][0] == 0
+
+
+def by_node(replies: list[dict[str, Any]] | dict[str, Any] | None) -> dict[str, Any]:
+    """``{"alpha": reply, …}`` from a list of {node: reply} (control) or one dict (inspect)."""
+    if isinstance(replies, list):
+        replies = {k: v for reply in replies for k, v in reply.items()}
+    return {name.split("@")[0]: reply for name, reply in (replies or {}).items()}
+
+
+def test_inspect_and_control_commands_reach_both_workers_and_act(
+    spawn: Callable[..., Proc], broker_url: str, db_url: str, tmp_path: Path
+) -> None:
+    # A thread pool: a solo worker answers nothing while it runs a task, on any broker.
+    workers = start_workers(spawn, broker_url, tmp_path, "--pool=threads", "--concurrency=2")
+    app = create_app(broker_url)
+    try:
+        # `limit=2`: return as soon as both workers replied (the CLI waits out its timeout).
+        inspect = app.control.inspect(timeout=20, limit=2)
+        stats = by_node(inspect.stats())
+        assert sorted(stats) == ["alpha", "beta"]
+        assert {s["broker"]["transport"] for s in stats.values()} == {"sqlqueue"}
+        assert sorted(s["pid"] for s in stats.values()) == sorted(w.pid for w in workers)
+
+        busy = app.tasks["e2e.record_late"].delay("busy", sleep=6)
+        wait_until(lambda: "busy" in [e["label"] for e in started(tmp_path)], 30,
+                   what="the long task to start")  # fmt: skip
+        active = by_node(inspect.active())
+        assert sorted(active) == ["alpha", "beta"]
+        running = [t["id"] for tasks in active.values() for t in tasks]
+        assert running == [busy.id]
+        assert sorted(by_node(inspect.reserved())) == ["alpha", "beta"]
+
+        def control(command: str, **arguments: Any) -> dict[str, Any]:
+            replies = app.control.broadcast(command, arguments=arguments, reply=True,
+                                            timeout=20, limit=2)  # fmt: skip
+            return by_node(replies)
+
+        limited = control("rate_limit", task_name="e2e.record", rate_limit="100/m")
+        assert sorted(limited) == ["alpha", "beta"]
+        assert all("rate limit set" in r["ok"] for r in limited.values()), limited
+
+        added = control("add_consumer", queue="extra")
+        assert sorted(added) == ["alpha", "beta"]
+        assert all("extra" in r["ok"] for r in added.values()), added
+        app.tasks["e2e.record"].apply_async(("on-extra",), queue="extra")
+        wait_until(lambda: "on-extra" in ran(tmp_path), 30, what="a task on the added queue")
+        consuming = by_node(inspect.active_queues())
+        assert all("extra" in [q["name"] for q in qs] for qs in consuming.values()), consuming
+
+        cancelled = control("cancel_consumer", queue="extra")
+        assert sorted(cancelled) == ["alpha", "beta"]
+        consuming = by_node(inspect.active_queues())
+        assert all("extra" not in [q["name"] for q in qs] for qs in consuming.values())
+        app.tasks["e2e.record"].apply_async(("stays-queued",), queue="extra")
+    finally:
+        app.close()
+
+    # `celery control shutdown` from another process: both workers stop cleanly. (A worker
+    # sends no reply to shutdown, on any broker: the CLI says "No nodes replied".)
+    celery_cli(broker_url, tmp_path, "control", "shutdown", "--timeout", "2")
+    for worker in workers:
+        assert worker.wait(timeout=60) == 0, worker.output[-3000:]
+        assert "Got shutdown from remote" in worker.output
+    assert "stays-queued" not in ran(tmp_path)  # nobody consumed "extra" after the cancel
+    assert sql(db_url, "SELECT count(*) FROM askr_jobs WHERE queue = 'extra'") == [(1,)]
+    left = sql(db_url, "SELECT exchange FROM askr_bindings WHERE exchange IN (?, ?)",
+               "celery.pidbox", "reply.celery.pidbox")  # fmt: skip
+    assert left == []
+
+
+def started(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "tasks.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [e for e in lines if e["event"] == "started"]

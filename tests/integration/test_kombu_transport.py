@@ -235,3 +235,17 @@ def test_a_forked_child_uses_its_own_connections(broker_url: str, store: JobStor
     publish(conn, ["after fork"])
     assert [b for b, _ in drain(conn, q(), 3)] == ["before fork", "from child", "after fork"]
     conn.release()
+
+
+def test_a_no_ack_consumer_gets_one_message_per_drain_events(conn_factory: Any) -> None:
+    # Kombu's pidbox collects `limit` replies with one drain_events call each; a call that
+    # handed over two would leave it waiting its whole timeout for a reply it already had.
+    conn = conn_factory()
+    publish(conn, [{"n": i} for i in range(3)], queue=q("replies"))
+    got: list[Any] = []
+    with Consumer(conn, [q("replies")], callbacks=[lambda body, _m: got.append(body)],
+                  no_ack=True):  # fmt: skip
+        for expected in (1, 2, 3):
+            conn.drain_events(timeout=5)
+            assert len(got) == expected
+    assert [b["n"] for b in got] == [0, 1, 2]
