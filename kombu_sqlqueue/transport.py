@@ -39,6 +39,7 @@ import atexit
 import json
 import logging
 import weakref
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from queue import Empty
@@ -118,6 +119,8 @@ class Channel(virtual.Channel):
         self._stored_types: dict[str, str] = {}
         #: (exchange, routing key) -> monotonic time a fresh read found no bound queue.
         self._misses: dict[tuple[str, str], float] = {}
+        #: no_ack queue -> messages claimed (and so settled) but not yet delivered.
+        self._noack_buffer: dict[str, deque[dict[str, Any]]] = {}
         #: queue -> its x-message-ttl in seconds, as declared here or read with bindings.
         self._message_ttls: dict[str, float] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
@@ -227,12 +230,22 @@ class Channel(virtual.Channel):
     def _get_and_deliver(self, queue: str, callback: Callable[[Any, str], Any]) -> None:
         """Claim a batch for the consumer's free prefetch room, and deliver each message.
 
-        A no_ack queue (a reply queue, a monitor's events) gets one message per call, as
-        from a broker: Kombu's pidbox collects ``limit`` replies with one ``drain_events``
-        each, and would wait out its whole timeout for a reply it was handed already.
+        A no_ack queue (a reply queue, a monitor's events) delivers one message per call,
+        as from a broker, the rest of its batch kept here: Kombu's pidbox collects
+        ``limit`` replies with one ``drain_events`` each, and would wait out its whole
+        timeout for a reply it was handed already.
         """
-        n = 1 if queue in self._noack_queues else self._batch_size()
-        messages = self._claim(queue, n)
+        if queue in self._noack_queues:
+            buffered = self._noack_buffer.get(queue)
+            if not buffered:
+                buffered = self._noack_buffer[queue] = deque(
+                    self._claim(queue, self.options.claim_batch_size)
+                )
+            if not buffered:
+                raise Empty()
+            callback(buffered.popleft(), queue)
+            return
+        messages = self._claim(queue, self._batch_size())
         if not messages:
             raise Empty()
         for message in messages:
@@ -247,6 +260,8 @@ class Channel(virtual.Channel):
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
             self._noack_queues.discard(queue)
+            # As from a broker: no_ack messages handed over and not yet consumed are gone.
+            self._noack_buffer.pop(queue, None)
         result = super().basic_cancel(consumer_tag)
         if queue in self._auto_delete and queue not in self._active_queues:
             # AMQP's auto_delete: the queue goes when its (last) consumer does — a
