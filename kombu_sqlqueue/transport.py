@@ -4,8 +4,8 @@ Features
 ========
 * Type: Virtual
 * Supports Direct: Yes
-* Supports Topic: Yes (bindings declared in this process, as other virtual transports)
-* Supports Fanout: No (see the control-plane issue)
+* Supports Topic: Yes (bindings stored in ``askr_bindings``: every process routes alike)
+* Supports Fanout: Yes (Celery's ``celery.pidbox`` broadcast; same table)
 * Supports Priority: Yes (0–9; higher first, or Redis-style with ``priority_order``)
 * Supports TTL: Yes (per message ``expiration``, per queue ``x-message-ttl``, queue
   ``x-expires``)
@@ -28,7 +28,7 @@ See :class:`kombu_sqlqueue.options.TransportOptions` (and ``docs/configuration.m
 ``visibility_timeout``, ``renew_interval``, ``polling_interval``, ``max_polling_interval``,
 ``max_attempts``, ``backoff_base``, ``backoff_cap``, ``queue_options``,
 ``priority_order``, ``claim_batch_size``, ``sqlite_synchronous``,
-``busy_timeout``, ``create_tables``.
+``busy_timeout``, ``create_tables``, ``bindings_cache_seconds`` …
 
 This module holds no SQL: it turns Kombu calls into job-store calls.
 """
