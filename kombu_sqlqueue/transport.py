@@ -200,18 +200,21 @@ class Channel(virtual.Channel):
         jobs = self.store.claim(queue, n, self.options.visibility_timeout, limit).jobs
         messages = []
         noack = queue in self._noack_queues
+        received = []
         for job in jobs:
             message = self._decode(job)
             if message is None:
                 continue
             if noack:
-                # no_ack consumers (Celery's pidbox, events) settle on receipt.
-                self.store.ack(job.receipt)
+                received.append(job.receipt)
             else:
                 self.connection.held.add(
                     message["properties"]["delivery_tag"], Held(job.receipt, queue, job.attempts)
                 )
             messages.append(message)
+        if received:
+            # no_ack consumers (Celery's pidbox, events) settle on receipt: one statement.
+            self.store.ack_many(received)
         if messages and not noack:
             self.connection.renewer.ensure_started()
         return messages
