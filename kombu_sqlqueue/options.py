@@ -94,6 +94,10 @@ class TransportOptions:
     #: reads them again. A publish that finds no bound queue reads them again at once,
     #: unless a fresh read found its topic/fanout routing key unbound within this time.
     bindings_cache_seconds: float = 1.0
+    #: Seconds transient messages (delivery_mode 1: Celery's events and control messages)
+    #: arriving in a burst are collected to be written in one statement; a transient
+    #: message with none written this long before is written at once. 0: always at once.
+    transient_flush_interval: float = 0.05
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -117,6 +121,7 @@ class TransportOptions:
             "backoff_cap",
             "reconnect_timeout",
             "bindings_cache_seconds",
+            "transient_flush_interval",
         ):
             if name in values:
                 values[name] = _number(name, values[name], minimum=0)

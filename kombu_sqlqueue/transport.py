@@ -57,8 +57,12 @@ from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
 from .store import ClaimedJob, JobStore, NewJob
 from .store.names import validate_queue_name
+from .transient import TransientWriter
 
 logger = logging.getLogger(__name__)
+
+#: AMQP's delivery_mode of a message a broker may lose on a crash.
+TRANSIENT = 1
 
 #: Bound on the (exchange, routing key) pairs remembered as routed nowhere.
 MAX_REMEMBERED_MISSES = 1024
@@ -164,8 +168,17 @@ class Channel(virtual.Channel):
         return ttl
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish: one INSERT; the job is stored when this returns."""
-        self.store.enqueue(self._new_job(queue, message))
+        """Publish: one INSERT; the job is stored when this returns.
+
+        Except a transient message (delivery_mode 1: Celery's events and control
+        messages) in a burst, which is written with the burst a moment later.
+        """
+        job = self._new_job(queue, message)
+        properties = message.get("properties") or {}
+        if properties.get("delivery_mode") == TRANSIENT and self.options.transient_flush_interval:
+            self.connection.transient.put(job)
+        else:
+            self.store.enqueue(job)
 
     def _restore(self, message: Any) -> None:
         # Settlements go through QoS; Kombu's republish-on-restore would
@@ -508,6 +521,7 @@ class Transport(virtual.Transport):
         self.held = HeldDeliveries()
         self.renewer = Renewer(self.store, self.held, self.options)
         self.queue_keeper = QueueKeeper(self.store)
+        self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
 
     # kombu's two base classes declare this differently; we match the virtual one.
@@ -552,6 +566,7 @@ class Transport(virtual.Transport):
         try:
             super().close_connection(connection)
         finally:
+            self.transient.stop()
             self.renewer.stop()
             self.queue_keeper.stop()
             self.store.close()

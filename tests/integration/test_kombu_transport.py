@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -249,3 +251,39 @@ def test_a_no_ack_consumer_gets_one_message_per_drain_events(conn_factory: Any) 
             conn.drain_events(timeout=5)
             assert len(got) == expected
     assert [b["n"] for b in got] == [0, 1, 2]
+
+
+def test_transient_messages_in_a_burst_are_written_together_and_none_is_lost(
+    conn_factory: Any, store: JobStore
+) -> None:
+    # delivery_mode=1, as Celery's events and control messages. A long interval makes the
+    # batching visible: the first is written at once, the burst after it is held.
+    conn = conn_factory(transient_flush_interval=30)
+    publish(conn, [{"n": i} for i in range(50)], delivery_mode=1)
+    assert store.size("work") == 1
+    publish(conn, [{"durable": 1}])  # persistent: written at once, whatever is held
+    assert store.size("work") == 2
+    conn.release()  # closing writes what is held
+    assert store.size("work") == 51
+
+
+def test_transient_batching_can_be_switched_off(conn_factory: Any, store: JobStore) -> None:
+    conn = conn_factory(transient_flush_interval=0)
+    publish(conn, [{"n": i} for i in range(5)], delivery_mode=1)
+    assert store.size("work") == 5
+
+
+def test_transient_messages_held_at_exit_are_written(broker_url: str, store: JobStore) -> None:
+    # A process that exits without closing its connection (Flower on SIGTERM does).
+    script = (
+        "import sys\n"
+        "from kombu import Connection, Exchange, Producer, Queue\n"
+        "conn = Connection(sys.argv[1], transport_options={'transient_flush_interval': 30})\n"
+        "q = Queue('work', Exchange('work', 'direct'), 'work')\n"
+        "p = Producer(conn.channel())\n"
+        "for i in range(20):\n"
+        "    p.publish({'n': i}, exchange=q.exchange, routing_key='work', declare=[q],\n"
+        "              delivery_mode=1)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, broker_url], check=True, timeout=60)
+    assert store.size("work") == 20
