@@ -5,16 +5,18 @@ transient: a broker may lose them on a crash, and Celery expects nothing more. A
 with ``-E`` publishes three events per task; written one committed row each, they cost more
 than the task's own message. :class:`TransientWriter` writes a transient message at once
 when none was written in the last ``interval`` seconds (a lone ``revoke`` or reply waits for
-nothing), and otherwise collects it and writes the burst with one multi-row INSERT at most
-``interval`` seconds later. What it holds is written when the transport closes or the
-interpreter exits; a process killed outright loses at most that interval's messages, as
-a broker loses transient messages it had not yet handed over.
+nothing), and otherwise holds it and writes the burst with one multi-row INSERT at most
+``interval`` seconds later. A persistent message is written after what is held (one queue
+keeps its publish order). What is held is written when the transport closes and when the
+interpreter exits normally; a process killed outright (or leaving by ``os._exit``) loses at
+most that interval's messages, as a broker may lose transient messages.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -25,7 +27,7 @@ from .store import JobStore, NewJob
 
 logger = logging.getLogger(__name__)
 
-#: Writers with messages possibly held, flushed by the exit hook below.
+#: Writers that may hold messages, flushed by the exit hook below.
 _WRITERS: weakref.WeakSet[TransientWriter] = weakref.WeakSet()
 
 
@@ -35,54 +37,81 @@ def _flush_all_at_exit() -> None:
         writer.flush()
 
 
+def _after_fork_in_child() -> None:
+    # The parent's held messages are the parent's to write (a child writing them too would
+    # duplicate them), and its locks may have been held by a thread that does not exist here.
+    for writer in list(_WRITERS):
+        writer._reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class TransientWriter:
     """Writes transient messages: at once when sporadic, in batches when in bursts."""
 
     def __init__(self, store: JobStore, interval: float) -> None:
         self.store = store
         self.interval = interval
+        self._reset()
+        _WRITERS.add(self)
+
+    def _reset(self) -> None:
         self._pending: list[NewJob] = []
         self._last_write = float("-inf")
-        self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _pending and _last_write
+        self._write_lock = threading.Lock()  # one write at a time: publish order is kept
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
-        _WRITERS.add(self)
 
     def put(self, job: NewJob) -> None:
         """Store ``job`` now, or within ``interval`` seconds if one was stored just before."""
         with self._lock:
             now = monotonic()
-            immediate = self._stopped or (
-                not self._pending and now - self._last_write >= self.interval
-            )
-            if immediate:
+            if self._stopped or (not self._pending and now - self._last_write >= self.interval):
                 self._last_write = now
             else:
                 self._pending.append(job)
-                if len(self._pending) == 1:
-                    self._ensure_thread()
-                    self._wake.set()
-        if immediate:
+                self._ensure_thread()
+                self._wake.set()
+                return
+        self.write_through(job)
+
+    def write_through(self, job: NewJob) -> None:
+        """Store ``job`` now, after the messages held before it; errors are the caller's."""
+        with self._write_lock:
+            with self._lock:
+                held, self._pending = self._pending, []
+            if held:
+                self._write(held)
             self.store.enqueue(job)
 
     def flush(self) -> None:
-        """Write what is held now (one transaction)."""
-        with self._flush_lock:
+        """Write what is held now (one statement)."""
+        with self._write_lock:
             with self._lock:
-                jobs, self._pending = self._pending, []
+                held, self._pending = self._pending, []
                 self._last_write = monotonic()
-            if not jobs:
-                return
-            try:
-                self.store.enqueue_many(jobs)
-            except StoreError as exc:
-                # Transient by definition; the store already retried a lost connection.
-                logger.error("lost %d transient message(s): %s", len(jobs), exc)
+            if held:
+                self._write(held)
+
+    def _write(self, jobs: list[NewJob]) -> None:
+        try:
+            self.store.enqueue_many(jobs)
+        except StoreError as exc:
+            # Transient by definition; the store already retried a lost connection.
+            logger.error("lost %d transient message(s): %s", len(jobs), exc)
+        except Exception:
+            # One bad message must not take the others with it: write them one by one.
+            for job in jobs:
+                try:
+                    self.store.enqueue(job)
+                except Exception as exc:
+                    logger.error("lost a transient message to queue %r: %s", job.queue, exc)
 
     def _ensure_thread(self) -> None:
-        # Called under the lock; a forked child starts its own thread on first use.
+        # Under _lock. Also (re)starts it in a forked child, whose threads did not survive.
         if self._thread is not None and self._thread.is_alive():
             return
         self._thread = threading.Thread(
@@ -101,7 +130,7 @@ class TransientWriter:
             self.flush()
 
     def stop(self) -> None:
-        """Write what is held and stop batching (later messages are written at once)."""
+        """Write what is held and stop holding (later messages are written at once)."""
         with self._lock:
             self._stopped = True
         self._wake.set()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -92,6 +93,10 @@ def eta_delay(headers: dict[str, Any] | None, now: datetime | None = None) -> fl
 
 #: Channels holding auto_delete queues, for the exit hook below.
 _AUTO_DELETE_HOLDERS: weakref.WeakSet[Channel] = weakref.WeakSet()
+
+
+# A forked child (a web server's worker) must not delete its parent's queues when it exits.
+os.register_at_fork(after_in_child=_AUTO_DELETE_HOLDERS.clear)
 
 
 @atexit.register
@@ -173,12 +178,14 @@ class Channel(virtual.Channel):
         Except a transient message (delivery_mode 1: Celery's events and control
         messages) in a burst, which is written with the burst a moment later.
         """
+        validate_queue_name(queue)  # here, not in the writer's thread a moment later
         job = self._new_job(queue, message)
         properties = message.get("properties") or {}
         if properties.get("delivery_mode") == TRANSIENT and self.options.transient_flush_interval:
             self.connection.transient.put(job)
         else:
-            self.store.enqueue(job)
+            # After the transient messages held before it: one queue keeps its order.
+            self.connection.transient.write_through(job)
 
     def _restore(self, message: Any) -> None:
         # Settlements go through QoS; Kombu's republish-on-restore would
@@ -292,7 +299,7 @@ class Channel(virtual.Channel):
 
     def delete_auto_delete_queues(self) -> None:
         """Delete the auto_delete queues this channel consumes (best effort: on the way out)."""
-        for queue in [q for q in self._auto_delete if q in self._active_queues]:
+        for queue in [q for q in list(self._auto_delete) if q in self._active_queues]:
             try:
                 self.queue_delete(queue)
             except StoreError as exc:
@@ -338,6 +345,7 @@ class Channel(virtual.Channel):
             self._forget_table(exchange)
         self.state.queue_bindings_delete(queue)
         self.connection.queue_keeper.forget(queue)
+        self._message_ttls.pop(queue, None)
         self.store.drop_queue(queue)  # its jobs, bindings and lifetime, at once
         return None
 
@@ -362,7 +370,10 @@ class Channel(virtual.Channel):
             )
             self._stored_types[exchange] = type_name
         for route in routes:
-            if route.message_ttl is not None:
+            # As stored now: a queue declared again without a TTL loses the one read before.
+            if route.message_ttl is None:
+                self._message_ttls.pop(route.queue, None)
+            else:
                 self._message_ttls[route.queue] = route.message_ttl
         kind: Any = self.exchange_types[type_name]  # an instance per channel at run time
         table = [kind.prepare_bind(r.queue, exchange, r.routing_key, None) for r in routes]
@@ -443,7 +454,9 @@ class Channel(virtual.Channel):
         expires_ms, ttl_ms = arguments.get("x-expires"), arguments.get("x-message-ttl")
         expires = float(expires_ms) / 1000.0 if expires_ms else None
         ttl = float(ttl_ms) / 1000.0 if ttl_ms is not None else None
-        if ttl is not None:
+        if ttl is None:
+            self._message_ttls.pop(queue, None)
+        else:
             self._message_ttls[queue] = ttl
         if expires is None and ttl is None:
             return
@@ -564,9 +577,11 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         try:
+            # Held transient messages first: closing the channels deletes their
+            # auto_delete queues, which must not be written to afterwards.
+            self.transient.stop()
             super().close_connection(connection)
         finally:
-            self.transient.stop()
             self.renewer.stop()
             self.queue_keeper.stop()
             self.store.close()

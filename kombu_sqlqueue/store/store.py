@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Claim rounds at most in one claim whose rows had expired (each round discards at
+#: least one; a claim left short by more is followed by the consumer's next poll).
+MAX_CLAIM_ROUNDS = 16
+
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
@@ -321,21 +325,18 @@ class JobStore:
         token, now, wanted = params["token"], params["now"], params["n"]
         jobs: list[ClaimedJob] = []
         dead = expired = 0
-        for round_ in range(2):
-            if round_:
-                # The claim met expired rows and came up short: discard every expired row
-                # of the queue at once (one statement, only on this path), then claim again.
-                expired += int(tx.execute(self.q.queue_discard_expired_ready, params).rowcount)
+        # A round that met expired rows and came up short claims again: the queue may hold
+        # live ones behind them. Each round is an ordinary claim (SKIP LOCKED where the
+        # engine has it), so passing expired rows never blocks or deadlocks other claimers.
+        for _round in range(MAX_CLAIM_ROUNDS):
             # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
             # expires_at
             rows = self.engine.claim_rows(tx, {**params, "n": wanted - len(jobs)})
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
-            expired_before = expired
+            past_ttl: list[int] = []
             for job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires in rows:
                 if expires is not None and expires <= now:
-                    # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
-                    tx.execute(self.q.job_ack, {"id": job_id, "token": token})
-                    expired += 1
+                    past_ttl.append(job_id)
                     continue
                 limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
                 if attempts > limit:
@@ -346,7 +347,11 @@ class JobStore:
                 jobs.append(
                     ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
                 )
-            if expired == expired_before or len(jobs) >= wanted:
+            if past_ttl:
+                # Past their TTL: discarded unconsumed, as AMQP does (not a failure).
+                tx.execute_bound(self.q.job_ack_many.bindparams(token=token, ids=past_ttl))
+                expired += len(past_ttl)
+            if not past_ttl or len(jobs) >= wanted:
                 break
         return ClaimResult(jobs, dead, expired)
 

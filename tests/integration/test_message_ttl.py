@@ -141,3 +141,22 @@ def test_a_celery_task_sent_with_expires_carries_its_expiration(
     first, second = expires_at(store, "celery.ttl")
     assert first is not None and now + 29 <= first <= now + 31
     assert second is None
+
+
+def test_a_queue_declared_again_without_a_ttl_is_no_longer_stamped(
+    broker_url: str, connect: Any, store: JobStore
+) -> None:
+    exchange = Exchange("ttl.re", type="direct")
+    Queue("re.q", exchange, routing_key="re", message_ttl=1.0)(connect().channel()).declare()
+    publisher_conn = Connection(broker_url, transport_options={"bindings_cache_seconds": 0.2})
+    try:
+        publisher = Producer(publisher_conn.channel())
+        publisher.publish({"n": 1}, exchange=exchange, routing_key="re", declare=[exchange])
+        assert expires_at(store, "re.q")[0] is not None  # the publisher learnt the TTL
+        store.drop_queue("re.q")
+        Queue("re.q", exchange, routing_key="re")(connect().channel()).declare()  # no TTL now
+        time.sleep(0.3)  # the publisher's bindings cache period
+        publisher.publish({"n": 2}, exchange=exchange, routing_key="re")
+        assert expires_at(store, "re.q") == [None]
+    finally:
+        publisher_conn.release()

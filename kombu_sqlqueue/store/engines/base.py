@@ -176,14 +176,6 @@ class Queries:
          WHERE name = :name
         """
     )
-    # Ready rows past their TTL (unreserved or lapsed), when a claim met some.
-    queue_discard_expired_ready = sa.text(
-        """
-        DELETE FROM askr_jobs
-         WHERE queue = :queue AND expires_at <= :now
-           AND (reserved_until IS NULL OR reserved_until <= :now)
-        """
-    )
     queue_with_message_ttl = sa.text(
         "SELECT name, message_ttl_ms FROM askr_queues WHERE message_ttl_ms IS NOT NULL"
     )
