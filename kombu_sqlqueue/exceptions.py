@@ -48,9 +48,37 @@ class StoreBusyError(StoreConnectionError):
     """The database stayed locked by other writers past the busy timeout."""
 
 
+class StoreConditionError(StoreError):
+    """The database refused a write for a condition of its own, which reconnecting does not cure.
+
+    Raised at once (no reconnect loop); the message names the database and what to do.
+    A consumer logs it and keeps polling, so it resumes when the condition clears.
+    """
+
+
+class StoreFullError(StoreConditionError):
+    """The database is full: its disk, or a size limit set on it."""
+
+
+class StoreReadOnlyError(StoreConditionError):
+    """The database is read-only: a read-only file, mount, replica or server setting."""
+
+
+class StorePermissionError(StoreConditionError, PermissionError):
+    """The database refused access: file permissions, or the user lacks a privilege."""
+
+
+class MessageTooLarge(SqlQueueError, ValueError):
+    """A message is larger than the database (or this package's limit) accepts."""
+
+
 class SchemaMismatch(StoreError):
     """The job tables exist but lack columns contract v1 (and this package) needs."""
 
 
 class MalformedMessage(SqlQueueError, ValueError):
     """A stored row's payload is not a message this transport can read."""
+
+
+class PayloadLimitExceeded(MalformedMessage):
+    """A stored payload is past a documented limit (nesting depth, size)."""
