@@ -68,8 +68,8 @@ class StorePermissionError(StoreConditionError, PermissionError):
     """The database refused access: file permissions, or the user lacks a privilege."""
 
 
-class MessageTooLarge(SqlQueueError, ValueError):
-    """A message is larger than the database (or this package's limit) accepts."""
+class MessageTooLarge(StoreConditionError, ValueError):
+    """A message is larger than the database accepts in one statement."""
 
 
 class SchemaMismatch(StoreError):

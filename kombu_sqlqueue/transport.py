@@ -52,6 +52,7 @@ from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ._version import __version__
+from .envelope import read_message
 from .exceptions import MalformedMessage, StoreConnectionError, StoreError
 from .expiry import QueueKeeper
 from .options import TransportOptions
@@ -197,15 +198,12 @@ class Channel(virtual.Channel):
     def _decode(self, job: ClaimedJob) -> dict[str, Any] | None:
         """The Kombu message in ``job``, or None after dead-lettering an unreadable row."""
         try:
-            message = json.loads(job.payload)
-            if not isinstance(message, dict) or not isinstance(message.get("properties"), dict):
-                raise MalformedMessage("payload is JSON but not a Kombu message (no properties)")
-        except (ValueError, MalformedMessage) as exc:
-            reason = f"malformed stored message: {exc}"
-            logger.error(
-                "job %d on queue %r: %s; moved to askr_failed_jobs", job.id, job.queue, reason
-            )
-            self.store.dead_letter(job.receipt, reason)
+            message = read_message(job.payload, self.codecs)
+        except MalformedMessage as exc:
+            self._dead_letter_unreadable(job, str(exc))
+            return None
+        except Exception as exc:  # a check that itself failed: still the row's fault
+            self._dead_letter_unreadable(job, f"{type(exc).__name__}: {exc}")
             return None
         tag = f"{job.id}:{job.token}"
         props = message["properties"]
@@ -214,6 +212,11 @@ class Channel(virtual.Channel):
         info["redelivered"] = job.attempts > 1
         message["redelivered"] = job.attempts > 1
         return message
+
+    def _dead_letter_unreadable(self, job: ClaimedJob, why: str) -> None:
+        reason = f"malformed stored message: {why}"
+        logger.error("job %d on queue %r: %s; moved to askr_failed_jobs", job.id, job.queue, reason)
+        self.store.dead_letter(job.receipt, reason)
 
     def _claim(self, queue: str, n: int) -> list[dict[str, Any]]:
         limit = self.options.for_queue(queue).max_attempts

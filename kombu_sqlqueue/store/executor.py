@@ -26,7 +26,16 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..exceptions import StoreBusyError, StoreConnectionError, StoreError
+from ..exceptions import (
+    MessageTooLarge,
+    StoreBusyError,
+    StoreConditionError,
+    StoreConnectionError,
+    StoreError,
+    StoreFullError,
+    StorePermissionError,
+    StoreReadOnlyError,
+)
 from .engines import BaseEngine
 
 logger = logging.getLogger(__name__)
@@ -41,6 +50,22 @@ _PYFORMAT = re.compile(r"%\((\w+)\)s")
 #: How often a transaction that found the database locked (past the driver's
 #: own busy wait) is tried again before :class:`StoreBusyError` is raised.
 BUSY_RETRIES = 5
+
+#: What an operator can do about each condition (MessageTooLarge: the engine says).
+_CONDITION_ADVICE: dict[type[StoreConditionError], str] = {
+    StoreFullError: (
+        "the database is full: free space on the disk holding it (or raise its size "
+        "limit); nothing was written, and consumers resume by themselves once there is room"
+    ),
+    StoreReadOnlyError: (
+        "the database is read-only: make the file and its directory writable by this user, "
+        "remount read-write, or point the URL at the primary rather than a replica"
+    ),
+    StorePermissionError: (
+        "access was refused: check that the file and its directory exist and are writable by "
+        "this user, or grant the database user the privilege"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +267,10 @@ class Executor:
 
     def wrap(self, exc: BaseException) -> StoreError:
         """Our exception for a driver error."""
+        condition = self.engine.condition_error(exc)
+        if condition is not None:
+            advice = _CONDITION_ADVICE.get(condition) or self.engine.payload_limit_hint()
+            return condition(f"database {self._describe}: {exc} — {advice}")
         if self.engine.is_busy_error(exc):
             return StoreBusyError(f"database {self._describe} stayed locked: {exc}")
         if self.engine.is_connection_error(exc):
@@ -310,7 +339,11 @@ class Executor:
                     self._rollback_quietly(fairy, cursor, single)
                     raise
         except StoreError as exc:
-            if isinstance(exc, StoreConnectionError) and not isinstance(exc, StoreBusyError):
+            # A connection error leaves the connection unusable; so does an oversized
+            # statement on MySQL (the server drops the connection after refusing it).
+            if isinstance(exc, MessageTooLarge) or (
+                isinstance(exc, StoreConnectionError) and not isinstance(exc, StoreBusyError)
+            ):
                 self._discard(conn)
             else:
                 self._checkin(conn)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from ...exceptions import StoreConditionError
 from ..schema import build_metadata
 
 if TYPE_CHECKING:
@@ -312,7 +313,25 @@ class BaseEngine:
     def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
         cursor.execute("ROLLBACK")
 
+    # -- limits -----------------------------------------------------------------------
+
+    #: The largest payload one statement may carry, in bytes (learnt from the server by
+    #: engines whose limit is a server setting); see ``docs/semantics.md``, "Bad rows".
+    max_payload_bytes: int = 1_000_000_000
+
+    def payload_limit_hint(self) -> str:
+        """What an operator can do about :attr:`max_payload_bytes`."""
+        return "the engine's own limit"
+
     # -- error classification ---------------------------------------------------------
+
+    def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
+        """The named condition ``exc`` (a driver error) reports — a full disk, a read-only
+        database, a refused permission, an oversized message — or None.
+
+        Checked before busy and connection errors: reconnecting cures none of these.
+        """
+        return None
 
     def is_busy_error(self, exc: BaseException) -> bool:
         """True when ``exc`` (a driver error) means "another writer holds the lock; try again"."""

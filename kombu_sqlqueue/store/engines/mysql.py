@@ -22,10 +22,30 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from ...exceptions import (
+    MessageTooLarge,
+    StoreConditionError,
+    StoreFullError,
+    StorePermissionError,
+    StoreReadOnlyError,
+)
 from .base import ENQUEUE_COLUMNS, Queries, ServerEngine, enqueue_many_params
 
 if TYPE_CHECKING:
     from ..executor import Tx
+
+#: Server error codes that are a condition of the server, not a lost connection.
+_CONDITIONS: dict[int, type[StoreConditionError]] = {
+    1021: StoreFullError,  # ER_DISK_FULL
+    1114: StoreFullError,  # ER_RECORD_FILE_FULL: "The table is full"
+    1290: StoreReadOnlyError,  # ER_OPTION_PREVENTS_STATEMENT: --read-only
+    1792: StoreReadOnlyError,  # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+    1836: StoreReadOnlyError,  # ER_READ_ONLY_MODE
+    1142: StorePermissionError,  # ER_TABLEACCESS_DENIED_ERROR
+    1044: StorePermissionError,  # ER_DBACCESS_DENIED_ERROR
+    1227: StorePermissionError,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
+    1153: MessageTooLarge,  # ER_NET_PACKET_TOO_LARGE: past max_allowed_packet
+}
 
 
 class MySQLQueries(Queries):
@@ -76,6 +96,10 @@ class MySQLQueries(Queries):
 class MySQLEngine(ServerEngine):
     """MariaDB 10.6+ / MySQL 8.0+ through PyMySQL."""
 
+    #: The server's max_allowed_packet, read on every new connection.
+    max_allowed_packet: int = 16 * 1024 * 1024
+    max_payload_bytes: int = 8 * 1024 * 1024 - 4096
+
     name: ClassVar[str] = "mysql"
     default_driver: ClassVar[str] = "pymysql"
     now_sql: ClassVar[str] = "(unix_timestamp())"
@@ -99,7 +123,14 @@ class MySQLEngine(ServerEngine):
         # value is a bound parameter and no SQL text here holds a backslash.
         cursor = driver.cursor()
         cursor.execute("SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        # A statement longer than max_allowed_packet is refused (1153) and the connection
+        # dropped. PyMySQL interpolates a payload into the statement's text, escaped: up
+        # to twice its size. So a payload may be half the packet, less the statement.
+        cursor.execute("SELECT @@max_allowed_packet")
+        (packet,) = cursor.fetchone()
         cursor.close()
+        self.max_allowed_packet = int(packet)
+        self.max_payload_bytes = max(0, int(packet) // 2 - 4096)
 
     @contextmanager
     def schema_lock(self, conn: sa.Connection) -> Iterator[None]:
@@ -140,6 +171,16 @@ class MySQLEngine(ServerEngine):
             {c: sa.bindparam(f"{c}_{i}") for c in ENQUEUE_COLUMNS} for i in range(count)
         ]
         return sa.insert(self.jobs).values(values)
+
+    def payload_limit_hint(self) -> str:
+        return (
+            f"half the server's max_allowed_packet ({self.max_allowed_packet} bytes): raise it "
+            "on the server (SET GLOBAL max_allowed_packet, or [mysqld] max_allowed_packet)"
+        )
+
+    def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
+        code = exc.args[0] if getattr(exc, "args", None) else None
+        return _CONDITIONS.get(code) if isinstance(code, int) else None
 
     def is_busy_error(self, exc: BaseException) -> bool:
         code = exc.args[0] if getattr(exc, "args", None) else None

@@ -30,6 +30,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
+from ...exceptions import (
+    MessageTooLarge,
+    StoreConditionError,
+    StoreFullError,
+    StorePermissionError,
+    StoreReadOnlyError,
+)
 from .base import Listener, Queries, ServerEngine
 
 logger = logging.getLogger(__name__)
@@ -41,6 +48,15 @@ SYNCHRONOUS_COMMIT_MODES = ("on", "off", "local", "remote_write", "remote_apply"
 
 if TYPE_CHECKING:
     from ..executor import Tx
+
+
+#: SQLSTATEs that are a condition of the server, not a lost connection.
+_CONDITIONS: dict[str, type[StoreConditionError]] = {
+    "53100": StoreFullError,  # disk_full
+    "25006": StoreReadOnlyError,  # read_only_sql_transaction (a standby, or read-only default)
+    "42501": StorePermissionError,  # insufficient_privilege
+    "54000": MessageTooLarge,  # program_limit_exceeded (a value past 1 GB)
+}
 
 
 class PostgreSQLQueries(Queries):
@@ -151,6 +167,15 @@ class PostgreSQLEngine(ServerEngine):
                 dbapi_conn.autocommit = was
 
         return engine
+
+    # bytea and text hold at most 1 GB; a larger value fails inside the server.
+    max_payload_bytes: int = (1 << 30) - 1024
+
+    def payload_limit_hint(self) -> str:
+        return "PostgreSQL's 1 GB limit on one bytea value"
+
+    def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
+        return _CONDITIONS.get(getattr(exc, "sqlstate", None) or "")
 
     def is_busy_error(self, exc: BaseException) -> bool:
         # deadlock_detected, lock_not_available, serialization_failure: try again.

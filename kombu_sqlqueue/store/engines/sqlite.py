@@ -22,10 +22,24 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL
 
-from ...exceptions import InvalidURL
+from ...exceptions import (
+    InvalidURL,
+    StoreConditionError,
+    StoreFullError,
+    StorePermissionError,
+    StoreReadOnlyError,
+)
 from .base import BaseEngine
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+#: SQLite primary result codes that are a condition of the file, not a lost connection.
+_CONDITIONS: dict[int, type[StoreConditionError]] = {
+    sqlite3.SQLITE_FULL: StoreFullError,  # "database or disk is full" (or max_page_count)
+    sqlite3.SQLITE_READONLY: StoreReadOnlyError,  # "attempt to write a readonly database"
+    sqlite3.SQLITE_PERM: StorePermissionError,  # "access permission denied"
+    sqlite3.SQLITE_CANTOPEN: StorePermissionError,  # "unable to open database file"
+}
 
 
 class SQLiteEngine(BaseEngine):
@@ -81,6 +95,24 @@ class SQLiteEngine(BaseEngine):
     def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
+
+    # SQLite's own limit on a string or BLOB (SQLITE_MAX_LENGTH as compiled into Python's
+    # sqlite3); read from the first connection.
+    max_payload_bytes: int = 1_000_000_000
+
+    def prepare_connection(self, conn: Any) -> None:
+        driver = conn.driver_connection
+        self.max_payload_bytes = int(driver.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)) - 1024
+
+    def payload_limit_hint(self) -> str:
+        return "SQLite's SQLITE_MAX_LENGTH, compiled into the sqlite3 library"
+
+    def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
+        # By SQLite's primary result code (extended codes keep it in the low byte).
+        code = getattr(exc, "sqlite_errorcode", None)
+        if not isinstance(exc, sqlite3.Error) or code is None:
+            return None
+        return _CONDITIONS.get(code & 0xFF)
 
     def is_busy_error(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and (

@@ -1,0 +1,185 @@
+"""Reading a stored row as a Kombu message, checked before anything else touches it.
+
+Kombu's ``virtual.Message`` and Celery's worker read a message's fields without
+checking their types: a ``headers`` that is a string, a ``body`` that is a number,
+a ``body`` that is not the base64 its ``body_encoding`` says, a Celery task body that
+is not ``[args, kwargs, embed]`` — each raised out of the consumer's loop and killed
+the worker. :func:`read_message` checks every field they rely on and raises
+:class:`~kombu_sqlqueue.exceptions.MalformedMessage` with a reason a person can act
+on instead; the channel dead-letters the row with that reason.
+
+Pure: no SQL and no database; Kombu only for its codecs. The checks cost a few
+microseconds per message (the body of a JSON message is parsed once more here).
+"""
+
+from __future__ import annotations
+
+import codecs as text_codecs
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kombu.compression import decompress
+from kombu.utils.json import loads as kombu_json_loads
+
+from .exceptions import MalformedMessage, PayloadLimitExceeded
+from .limits import MAX_JSON_DEPTH, json_depth_exceeds
+
+#: Content types whose body is checked here (what Celery and Kombu send by default).
+#: Others (pickle, yaml, msgpack) are the consumer's to decode: Celery refuses those it
+#: does not accept by itself, and unpickling here would run the payload's code.
+JSON_CONTENT_TYPES = frozenset({"application/json"})
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _require(value: Any, kinds: type | tuple[type, ...], what: str) -> None:
+    if not isinstance(value, kinds):
+        names = kinds if isinstance(kinds, tuple) else (kinds,)
+        wanted = " or ".join("null" if k is type(None) else k.__name__ for k in names)
+        raise MalformedMessage(f"{what} is {_type_name(value)}, not {wanted}")
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """JSON ``data`` as Python values, within :data:`MAX_JSON_DEPTH`."""
+    if json_depth_exceeds(data):
+        raise PayloadLimitExceeded(
+            f"{what} nests arrays/objects deeper than {MAX_JSON_DEPTH} levels (the limit)"
+        )
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise MalformedMessage(f"{what} is not JSON: {exc}") from exc
+
+
+def read_message(payload: bytes, body_codecs: Mapping[str, Any]) -> dict[str, Any]:
+    """The Kombu message stored in ``payload``, checked for all that Kombu and Celery use.
+
+    ``body_codecs`` are the channel's ``body_encoding`` codecs (Kombu's ``base64``).
+    Raises :class:`MalformedMessage` (or :class:`PayloadLimitExceeded`) naming the
+    first field that is wrong.
+    """
+    message = parse_json(payload, "payload")
+    _require(message, dict, "payload")
+    properties = message.get("properties")
+    if properties is None:
+        raise MalformedMessage("payload is JSON but not a Kombu message (no properties)")
+    _require(properties, dict, "properties")
+    _require(properties.get("delivery_info"), (dict, type(None)), "properties.delivery_info")
+    headers = message.get("headers")
+    _require(headers, (dict, type(None)), "headers")
+    for key in ("content-type", "content-encoding"):
+        _require(message.get(key), (str, type(None)), key)
+    raw = _body_bytes(message, properties, body_codecs)
+    compression = (headers or {}).get("compression")
+    if compression is not None:
+        _require(compression, str, "headers.compression")
+        try:
+            raw = decompress(raw, compression)
+        except Exception as exc:  # any codec's error: the body cannot be read
+            raise MalformedMessage(f"body cannot be decompressed ({compression}): {exc}") from exc
+    body = _decoded_body(message, raw)
+    if headers and "task" in headers:
+        _check_celery_task(headers, body, message.get("content-type"))
+    elif isinstance(body, dict) and "task" in body:
+        _check_celery_task_v1(body)
+    checked: dict[str, Any] = message
+    return checked
+
+
+def _body_bytes(
+    message: dict[str, Any], properties: dict[str, Any], body_codecs: Mapping[str, Any]
+) -> bytes:
+    """The body as Kombu's ``virtual.Message`` will decode it (``body_encoding``)."""
+    body = message.get("body")
+    _require(body, (str, type(None)), "body")
+    if not body:
+        return b""
+    encoding = properties.get("body_encoding")
+    _require(encoding, (str, type(None)), "properties.body_encoding")
+    if encoding and encoding.lower() != "utf-8":
+        codec = body_codecs.get(encoding)
+        if codec is None:
+            known = ", ".join(sorted(body_codecs)) or "none"
+            raise MalformedMessage(f"body_encoding {encoding!r} is unknown (known: {known})")
+        try:
+            decoded = codec.decode(body)
+        except Exception as exc:  # binascii.Error, UnicodeEncodeError …
+            raise MalformedMessage(f"body is not valid {encoding}: {exc}") from exc
+        return decoded.encode() if isinstance(decoded, str) else bytes(decoded)
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate (\ud800) in the JSON text
+        raise MalformedMessage(f"body is not encodable as UTF-8: {exc}") from exc
+
+
+def _decoded_body(message: dict[str, Any], raw: bytes) -> Any:
+    """The decoded body of a JSON message (None for other content types, or no body)."""
+    if message.get("content-type") not in JSON_CONTENT_TYPES or not raw:
+        return None
+    encoding = message.get("content-encoding") or "utf-8"
+    try:
+        text = text_codecs.decode(raw, encoding)
+    except (LookupError, ValueError) as exc:
+        raise MalformedMessage(f"body is not {encoding} text: {exc}") from exc
+    if json_depth_exceeds(text):
+        raise PayloadLimitExceeded(
+            f"body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels (the limit)"
+        )
+    try:
+        # Kombu's own reader: its object hooks (dates, UUIDs, Decimals) must accept it too.
+        return kombu_json_loads(text)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # ValueError, or an object hook's TypeError/KeyError …
+        raise MalformedMessage(f"body is not readable JSON: {exc}") from exc
+
+
+def _check_celery_task(headers: dict[str, Any], body: Any, content_type: Any) -> None:
+    """Celery task message protocol 2: what ``celery.worker.request.Request`` reads."""
+    _require(headers["task"], str, "headers.task")
+    _require(headers.get("id"), str, "headers.id (the task id)")
+    _require(headers.get("shadow"), (str, type(None)), "headers.shadow")
+    _require(headers.get("retries"), (int, type(None)), "headers.retries")
+    for key in ("eta", "expires"):
+        # Celery parses a string (its own error if unparsable), but an empty or
+        # non-string value crashes it before that.
+        value = headers.get(key)
+        _require(value, (str, type(None)), f"headers.{key}")
+        if value == "":
+            raise MalformedMessage(f"headers.{key} is an empty string, not a date or null")
+    timelimit = headers.get("timelimit")
+    if timelimit:
+        ok = isinstance(timelimit, list | tuple) and len(timelimit) == 2
+        if not ok or not all(
+            v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in timelimit
+        ):
+            raise MalformedMessage(
+                f"headers.timelimit is {timelimit!r}, not [soft, hard] seconds (or null)"
+            )
+    if not content_type:
+        # Kombu hands such a body over undecoded (bytes): Celery cannot unpack it.
+        raise MalformedMessage("Celery task message has no content-type")
+    if content_type not in JSON_CONTENT_TYPES:
+        return
+    if not isinstance(body, list) or len(body) != 3:
+        raise MalformedMessage(
+            f"Celery task body is {_type_name(body)}"
+            f"{f' of {len(body)} items' if isinstance(body, list) else ''}, "
+            "not [args, kwargs, embed]"
+        )
+    args, kwargs, embed = body
+    _require(args, list, "Celery task body args")
+    _require(kwargs, dict, "Celery task body kwargs")
+    _require(embed, (dict, type(None)), "Celery task body embed")
+
+
+def _check_celery_task_v1(body: dict[str, Any]) -> None:
+    """Celery task message protocol 1 (the task in the body)."""
+    _require(body["task"], str, "body.task")
+    _require(body.get("id"), str, "body.id (the task id)")
+    _require(body.get("args", []), list, "body.args")
+    _require(body.get("kwargs", {}), dict, "body.kwargs")
+
+
+__all__ = ["JSON_CONTENT_TYPES", "parse_json", "read_message"]
