@@ -77,7 +77,7 @@ def read_message(payload: bytes, body_codecs: Mapping[str, Any]) -> dict[str, An
     if compression is not None:
         _require(compression, str, "headers.compression")
         try:
-            raw = decompress(raw, compression)
+            raw = decompress(raw, compression)  # type: ignore[no-untyped-call]
         except Exception as exc:  # any codec's error: the body cannot be read
             raise MalformedMessage(f"body cannot be decompressed ({compression}): {exc}") from exc
     body = _decoded_body(message, raw)
@@ -108,9 +108,11 @@ def _body_bytes(
             decoded = codec.decode(body)
         except Exception as exc:  # binascii.Error, UnicodeEncodeError …
             raise MalformedMessage(f"body is not valid {encoding}: {exc}") from exc
-        return decoded.encode() if isinstance(decoded, str) else bytes(decoded)
+        as_bytes: bytes = decoded.encode() if isinstance(decoded, str) else bytes(decoded)
+        return as_bytes
+    text: str = body
     try:
-        return body.encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate (\ud800) in the JSON text
         raise MalformedMessage(f"body is not encodable as UTF-8: {exc}") from exc
 
