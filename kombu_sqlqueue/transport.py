@@ -53,7 +53,13 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ._version import __version__
 from .envelope import read_message
-from .exceptions import MalformedMessage, StoreConnectionError, StoreError
+from .exceptions import (
+    MalformedMessage,
+    MessageTooLarge,
+    StoreConditionError,
+    StoreConnectionError,
+    StoreError,
+)
 from .expiry import QueueKeeper
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
@@ -183,6 +189,7 @@ class Channel(virtual.Channel):
         job = self._new_job(queue, message)
         properties = message.get("properties") or {}
         if properties.get("delivery_mode") == TRANSIENT and self.options.transient_flush_interval:
+            self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
             self.connection.transient.put(job)
         else:
             # After the transient messages held before it: one queue keeps its order.
@@ -539,6 +546,7 @@ class Transport(virtual.Transport):
         self.queue_keeper = QueueKeeper(self.store)
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
+        self._condition_reported = False
 
     # kombu's two base classes declare this differently; we match the virtual one.
     def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]
@@ -555,7 +563,21 @@ class Transport(virtual.Transport):
         while True:
             try:
                 cycle.get(self._deliver, timeout=timeout)
+            except StoreConditionError as exc:
+                if isinstance(exc, MessageTooLarge):
+                    raise
+                # A full disk, a read-only or refused database: claiming writes, so no
+                # message can be taken now. Say so once, and poll on until it clears.
+                if not self._condition_reported:
+                    logger.error("cannot claim messages: %s; will retry", exc)
+                    self._condition_reported = True
+                empty = True
             except Empty:
+                self._condition_cleared()
+                empty = True
+            else:
+                empty = False
+            if empty:
                 elapsed = monotonic() - started
                 if timeout is not None and elapsed >= timeout:
                     raise TimeoutError() from None
@@ -570,8 +592,14 @@ class Transport(virtual.Transport):
                 if self.store.wait_for_jobs(wait, consumed or None):
                     self._idle_rounds = 0
             else:
+                self._condition_cleared()
                 self._idle_rounds = 0
                 return
+
+    def _condition_cleared(self) -> None:
+        if self._condition_reported:
+            logger.warning("claiming messages again: the database accepts writes")
+            self._condition_reported = False
 
     def establish_connection(self) -> Any:
         """Open the database now (creating the tables if needed), so a bad URL fails here."""

@@ -178,6 +178,8 @@ class Executor:
         self.db = db
         self.dialect = db.dialect
         self._describe = describe
+        #: The database as error messages name it (its URL, password hidden).
+        self.describe = describe
         self._cache: dict[Hashable, Compiled] = {}
         #: SQL text derived from compiled statements (multi-row VALUES), by key.
         self.text_cache: dict[Hashable, str] = {}

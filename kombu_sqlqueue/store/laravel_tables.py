@@ -109,7 +109,9 @@ class LaravelRow:
 
     id: int
     queue: str
-    payload: str
+    #: The payload as stored: text, or the bytes of a SQLite value that is a BLOB or is not
+    #: UTF-8 (see :class:`SQLiteLaravelQueries`). A release or failure writes it back as is.
+    payload: str | bytes
     attempts: int
     reserved_at: int
 
@@ -174,6 +176,11 @@ class LaravelQueries:
         self.failed_forget = sa.delete(failed).where(failed.c.uuid == sa.bindparam("uuid"))
         self.failed_list = sa.select(failed).order_by(failed.c.id.desc())
 
+    def stored_payload(self, found: Sequence[Any]) -> str | bytes:
+        """The payload from the columns :attr:`job_pop_lock` selects after id and attempts."""
+        (payload,) = found
+        return payload if isinstance(payload, str) else bytes(payload)
+
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
         """Insert one row of ``jobs``; return its id."""
         return int(tx.execute(self.job_insert_id, row).fetchone()[0])
@@ -181,6 +188,37 @@ class LaravelQueries:
     def insert_jobs(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows of ``jobs`` with one statement."""
         tx.execute_values(self.job_insert, rows)
+
+
+class SQLiteLaravelQueries(LaravelQueries):
+    # SQLite stores whatever it is given: a TEXT column can hold a BLOB, or text that is
+    # not UTF-8 (a PHP app writing raw bytes). Python's sqlite3 then fails the whole read
+    # ("Could not decode to UTF-8 column 'payload'") before the worker sees the row, and
+    # every pop of the queue stops there. So the pop reads the payload's bytes and its
+    # storage class, and hands back text only for text that is UTF-8; anything else comes
+    # back as bytes, for the worker to fail the row with the bytes as stored (a BLOB value
+    # written back into failed_jobs.payload keeps them byte for byte).
+    # PostgreSQL and MariaDB/MySQL (utf8mb4, strict mode) refuse invalid UTF-8 in a text
+    # column at INSERT, and have no BLOB in a TEXT column, so they need no such read.
+    def __init__(self, jobs: sa.Table, failed: sa.Table) -> None:
+        super().__init__(jobs, failed)
+        j = jobs.c
+        self.job_pop_lock = self.job_pop_lock.with_only_columns(
+            j.id,
+            j.attempts,
+            sa.cast(j.payload, sa.LargeBinary).label("payload"),
+            sa.func.typeof(j.payload).label("payload_type"),
+        )
+
+    def stored_payload(self, found: Sequence[Any]) -> str | bytes:
+        raw, kind = found
+        raw = bytes(raw)
+        if kind == "text":
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        return raw
 
 
 class PostgreSQLLaravelQueries(LaravelQueries):
@@ -215,7 +253,7 @@ class MySQLLaravelQueries(LaravelQueries):
 
 
 LARAVEL_QUERIES: dict[str, type[LaravelQueries]] = {
-    "sqlite": LaravelQueries,
+    "sqlite": SQLiteLaravelQueries,
     "postgresql": PostgreSQLLaravelQueries,
     "mysql": MySQLLaravelQueries,
 }
@@ -292,7 +330,7 @@ class LaravelTableStore:
                     raise SchemaMismatch(f"table {table.name} lacks columns: {', '.join(missing)}")
 
     def _row(
-        self, queue: str, payload: str, delay: float, attempts: int, now: float
+        self, queue: str, payload: str | bytes, delay: float, attempts: int, now: float
     ) -> dict[str, Any]:
         validate_queue_name(queue)
         if delay < 0:
@@ -347,11 +385,11 @@ class LaravelTableStore:
         found = tx.execute(self.q.job_pop_lock, params).fetchone()
         if found is None:
             return None
-        job_id, attempts, payload = found
+        job_id, attempts, *stored = found
         now = params["now"]
         tx.execute(self.q.job_pop_mark, {"job_id": job_id, "now": now})
         held = min(int(attempts) + 1, MAX_LARAVEL_ATTEMPTS)
-        return LaravelRow(int(job_id), params["queue"], str(payload), held, now)
+        return LaravelRow(int(job_id), params["queue"], self.q.stored_payload(stored), held, now)
 
     def pop(self, queue: str, retry_after: float) -> LaravelRow | None:
         """Reserve the oldest ready job of ``queue`` (``DatabaseQueue::pop``), or None."""

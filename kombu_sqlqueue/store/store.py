@@ -19,7 +19,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from ..exceptions import (
     ClaimLimitExceeded,
     ConfigurationError,
     InvalidURL,
+    MessageTooLarge,
     SchemaMismatch,
 )
 from .engines import ENGINES, BaseEngine
@@ -243,8 +244,22 @@ class JobStore:
         # although the columns hold whole seconds.
         return math.ceil(clock + max(1.0, visibility))
 
+    def check_payload_size(self, size: int) -> None:
+        """Raise :class:`MessageTooLarge` for a payload of ``size`` bytes that the database
+        would refuse (at once, naming the limit, instead of a failed statement)."""
+        if not self._schema_ready:
+            self._ensure_schema()  # a server engine learns its limit on connecting
+        limit = self.engine.max_payload_bytes
+        if size > limit:
+            raise MessageTooLarge(
+                f"a message of {size:,} bytes is larger than {limit:,} bytes, the most "
+                f"database {self._exec.describe} takes in one message: "
+                f"{self.engine.payload_limit_hint()}; nothing was stored"
+            )
+
     def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
         validate_queue_name(job.queue)
+        self.check_payload_size(len(job.payload))
         if job.delay < 0:
             raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
         if job.max_attempts < 1:
@@ -282,11 +297,27 @@ class JobStore:
 
         def work(tx: Tx) -> list[int]:
             ids: list[int] = []
-            for start in range(0, len(rows), ENQUEUE_CHUNK):
-                ids.extend(self.engine.insert_jobs(tx, rows[start : start + ENQUEUE_CHUNK]))
+            for chunk in self._chunks(rows):
+                ids.extend(self.engine.insert_jobs(tx, chunk))
             return ids
 
         return self._run(work)
+
+    def _chunks(self, rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+        """``rows`` in multi-row INSERTs of at most ENQUEUE_CHUNK rows, and of at most the
+        engine's payload limit in bytes (MySQL refuses a statement past max_allowed_packet)."""
+        budget = self.engine.max_payload_bytes
+        chunk: list[dict[str, Any]] = []
+        size = 0
+        for row in rows:
+            n = len(row["payload"])
+            if chunk and (len(chunk) == ENQUEUE_CHUNK or size + n > budget):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(row)
+            size += n
+        if chunk:
+            yield chunk
 
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
