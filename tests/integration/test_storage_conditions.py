@@ -6,6 +6,7 @@ root; elsewhere the test skips, and under ``CI=true`` it fails).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -74,10 +75,8 @@ def test_sqlite_full_disk_is_a_named_error_at_once_and_consumers_resume(
 
                 with Consumer(conn, [Queue("full")], callbacks=[on_message], accept=["json"]):
                     while not stop.is_set():
-                        try:
+                        with contextlib.suppress(TimeoutError):
                             conn.drain_events(timeout=0.2)
-                        except TimeoutError:
-                            pass
         except BaseException as exc:  # the test fails on any: the consumer must not die
             errors.append(exc)
 
@@ -125,7 +124,8 @@ def test_sqlite_read_only_file_is_a_named_error(tmp_path: Path) -> None:
         store.close()
         db.chmod(stat.S_IRUSR)
         if os.access(db, os.W_OK):  # root writes read-only files: use SQLite's own flag
-            ro = JobStore(f"sqlite:///file:{db}?mode=ro&uri=true", StoreOptions(create_tables=False))
+            ro_url = f"sqlite:///file:{db}?mode=ro&uri=true"
+            ro = JobStore(ro_url, StoreOptions(create_tables=False))
         else:
             ro = JobStore(url, StoreOptions(create_tables=False))
         with pytest.raises((StoreReadOnlyError, StorePermissionError)) as raised:
