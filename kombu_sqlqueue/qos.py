@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import virtual
@@ -31,11 +32,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A delivery this process holds: its receipt, queue and attempt number."""
+    """A delivery this process holds: its receipt, queue, attempt number, and when
+    (``time.monotonic``) its reservation was last known to be ours."""
 
     receipt: Receipt
     queue: str
     attempts: int
+    claimed_at: float = field(default_factory=monotonic)
 
 
 class HeldDeliveries:
@@ -44,23 +47,36 @@ class HeldDeliveries:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_tag: dict[str, Held] = {}
+        #: Tags whose reservation the renewer found taken over (or gone).
+        self._lost: set[str] = set()
+        #: ``time.monotonic()`` when a renewal round last confirmed every held reservation.
+        self.confirmed_at = monotonic()
 
     def add(self, tag: str, held: Held) -> None:
         with self._lock:
             self._by_tag[tag] = held
 
+    def get(self, tag: str) -> Held | None:
+        return self._by_tag.get(tag)
+
     def pop(self, tag: str) -> Held | None:
         with self._lock:
+            self._lost.discard(tag)
             return self._by_tag.pop(tag, None)
 
     def snapshot(self) -> dict[str, Held]:
         with self._lock:
             return dict(self._by_tag)
 
-    def forget(self, tags: set[str]) -> None:
+    def mark_lost(self, tags: set[str]) -> None:
         with self._lock:
-            for tag in tags:
-                self._by_tag.pop(tag, None)
+            self._lost.update(t for t in tags if t in self._by_tag)
+
+    def is_lost(self, tag: str) -> bool:
+        return tag in self._lost
+
+    def __contains__(self, tag: object) -> bool:
+        return tag in self._by_tag
 
     def __len__(self) -> int:
         return len(self._by_tag)
@@ -96,20 +112,25 @@ class Renewer:
 
     def renew_once(self) -> set[str]:
         """Renew every held reservation now; return the tags that were lost."""
+        started = monotonic()
         held = self.held.snapshot()
         if not held:
+            self.held.confirmed_at = started
             return set()
         still = self.store.renew([h.receipt for h in held.values()], self.visibility)
+        self.held.confirmed_at = started
         lost = {tag for tag, h in held.items() if h.receipt not in still}
         # A tag acked between the snapshot and the renewal is gone from the
         # table too; only warn about the ones we still think we hold.
         current = self.held.snapshot()
         lost_now = {t for t in lost if t in current}
+        self.held.mark_lost(lost_now)
         for tag in lost_now:
             h = current[tag]
             logger.warning(
                 "reservation of job %d on queue %r was lost (it lapsed and another consumer "
-                "took it, or it was deleted); this worker's settlement of it will be stale",
+                "took it, or it was deleted); it is not started here if it has not been yet, "
+                "and this worker's settlement of it will be stale",
                 h.receipt.job_id,
                 h.queue,
             )

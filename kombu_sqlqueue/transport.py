@@ -141,6 +141,10 @@ class Channel(virtual.Channel):
         self._message_ttls: dict[str, float] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
+        #: The redelivered message delivered alone, until it is settled.
+        self._suspect: str | None = None
+        #: A redelivered message waits until this channel holds nothing else.
+        self._suspect_waiting = False
 
     # -- publishing -------------------------------------------------------------------
 
@@ -250,9 +254,21 @@ class Channel(virtual.Channel):
         return messages
 
     def _batch_size(self) -> int:
+        if self._suspect is not None:
+            if self._suspect in self.connection.held:
+                return 0  # a redelivered message runs alone (see _isolate_redelivered)
+            self._suspect = None
+        if self._suspect_waiting:
+            if self._holds_deliveries():
+                return 0
+            self._suspect_waiting = False
         room = self.qos.can_consume_max_estimate()
         limit = self.options.claim_batch_size
         return limit if room is None else max(0, min(room, limit))
+
+    def _holds_deliveries(self) -> bool:
+        qos = self.qos
+        return len(qos._delivered) > len(qos._dirty)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         messages = self._claim(queue, 1)
@@ -278,11 +294,89 @@ class Channel(virtual.Channel):
                 raise Empty()
             callback(buffered.popleft(), queue)
             return
-        messages = self._claim(queue, self._batch_size())
+        messages = self._isolate_redelivered(self._claim(queue, self._batch_size()))
         if not messages:
             raise Empty()
+        self._deliver_batch(queue, messages, callback)
+
+    def _isolate_redelivered(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A redelivered message — its last holder died or gave it back — is delivered
+        alone, while this channel holds nothing else, and nothing more is claimed until
+        it is settled: if it kills its consumer again, no innocent message pays an
+        attempt for it. The others of the batch go back, their attempts refunded."""
+        first = next((m for m in messages if m.get("redelivered")), None)
+        if first is None:
+            return messages
+        if self._holds_deliveries():
+            self._suspect_waiting = True  # claim again once what we hold is settled
+            self._hand_back(messages)
+            return []
+        self._hand_back([m for m in messages if m is not first])
+        self._suspect = first["properties"]["delivery_tag"]
+        return [first]
+
+    def _deliver_batch(
+        self, queue: str, messages: list[dict[str, Any]], callback: Callable[[Any, str], Any]
+    ) -> None:
+        """Hand the claimed messages to the consumer, in order.
+
+        A message whose reservation this process knows it lost is not handed over: its
+        new holder runs it. If the consumer raises on a message, that message keeps its
+        attempt (released with backoff: it is the one that failed), the messages after
+        it — claimed, never handed over — go back with their attempts refunded, and the
+        error goes on up.
+        """
+        for index, message in enumerate(messages):
+            tag = message["properties"]["delivery_tag"]
+            if not self._still_ours(tag):
+                continue
+            try:
+                callback(message, queue)
+            except BaseException as exc:
+                self._hand_back(messages[index + 1 :])
+                if isinstance(exc, Exception) and tag in self.connection.held:
+                    logger.error(
+                        "the consumer raised on delivery %s of queue %r (%s: %s); "
+                        "released with its attempt counted",
+                        tag,
+                        queue,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    self.qos.reject(tag, requeue=True)
+                raise
+
+    def _still_ours(self, tag: str) -> bool:
+        """False (and the delivery dropped) when this process knows it lost the reservation
+        of ``tag``; checked with the database when no renewal has confirmed it for a
+        visibility timeout (the process was stopped, or stalled)."""
+        held = self.connection.held
+        entry = held.get(tag)
+        if entry is None:
+            return False
+        lost = held.is_lost(tag)
+        if not lost:
+            visibility = self.options.visibility_timeout
+            if monotonic() - max(entry.claimed_at, held.confirmed_at) < visibility:
+                return True
+            lost = entry.receipt not in self.store.renew([entry.receipt], visibility)
+        if lost:
+            held.pop(tag)
+            logger.warning(
+                "not starting job %d of queue %r: its reservation lapsed while this process "
+                "held it unstarted, and another consumer has it now",
+                entry.receipt.job_id,
+                entry.queue,
+            )
+            return False
+        return True
+
+    def _hand_back(self, messages: list[dict[str, Any]]) -> None:
+        """Return claimed messages never handed to the consumer: ready now, attempt refunded."""
         for message in messages:
-            callback(message, queue)
+            held = self.connection.held.pop(message["properties"]["delivery_tag"])
+            if held is not None:
+                self.store.return_job(held.receipt)
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
