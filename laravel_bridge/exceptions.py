@@ -24,3 +24,11 @@ class EncryptionKeyError(LaravelBridgeError, ValueError):
 
 class DecryptError(LaravelBridgeError, ValueError):
     """An encrypted payload is malformed, was tampered with, or was encrypted with another key."""
+
+
+class PayloadTooDeep(PhpSerializeError, PayloadError):
+    """A value nests arrays/objects deeper than the documented limit (PHP or JSON nesting)."""
+
+
+class PayloadTooLarge(PayloadError):
+    """A stored payload is larger than the worker reads (``WorkerOptions.max_payload``)."""

@@ -18,9 +18,13 @@ Value mapping (PHP → Python):
 
 The decoder never instantiates a Python class named by the input, never
 recurses (nesting is bounded by ``max_depth``, PHP's own
-``unserialize_max_depth`` default), and reads no length it has not checked
+``unserialize_max_depth`` default; past it :class:`PayloadTooDeep`, a
+:class:`PhpSerializeError`), and reads no length it has not checked
 against the input, so memory stays bounded by the input's size. Every
 malformed input raises :class:`PhpSerializeError` with the byte offset.
+The encoder does not recurse either, and refuses nesting past ``max_depth``
+with the same :class:`PayloadTooDeep`. (Laravel's jobs are read with a much
+lower limit: :data:`laravel_bridge.payload.MAX_COMMAND_DEPTH`.)
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exceptions import PhpSerializeError
+from .exceptions import PayloadTooDeep, PhpSerializeError
 
 __all__ = [
     "PhpEnum",
@@ -335,7 +339,9 @@ class _Reader:
                 where.append((frame, frame[3] if frame is not None else None))
             if opened is not None:
                 if len(stack) >= self.max_depth:
-                    raise self.fail(pos, f"nesting deeper than {self.max_depth}")
+                    raise PayloadTooDeep(
+                        f"nesting deeper than {self.max_depth} at offset {pos} of {self.n} bytes"
+                    )
                 stack.append(opened)
                 frame = opened
                 expect_key = True
@@ -440,11 +446,17 @@ def _float(raw: bytes) -> float | None:
 
 
 def loads(data: bytes | bytearray | memoryview | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
-    """Decode PHP ``serialize()`` output. Raises :class:`PhpSerializeError` on bad input."""
+    """Decode PHP ``serialize()`` output. Raises :class:`PhpSerializeError` on bad input
+    (:class:`PayloadTooDeep` past ``max_depth``)."""
     if isinstance(data, str):
-        data = data.encode("utf-8")
-    elif not isinstance(data, bytes):
+        try:  # bytes that are not UTF-8 travel in a str as surrogate escapes
+            data = data.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise PhpSerializeError(f"the text holds a lone surrogate: {exc}") from exc
+    elif isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
+    elif not isinstance(data, bytes):  # bytes(n) of an int would allocate n bytes
+        raise TypeError(f"PHP serialize() data is bytes or str, not {type(data).__name__}")
     return _Reader(data, max_depth).loads()
 
 
@@ -530,7 +542,8 @@ def _array_items(array: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
 
 
 def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
-    """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`.
+    """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`
+    (:class:`PayloadTooDeep` for nesting past ``max_depth``, a cycle included).
 
     Objects met again are written as ``r:`` (same Python object), enum cases
     met again as ``r:`` (equal cases: PHP enum cases are singletons), and a
@@ -674,7 +687,7 @@ def _dumps(value: Any, max_depth: int) -> bytes:
                 break
             if opened is not None:
                 if len(stack) >= max_depth:
-                    raise PhpSerializeError(f"nesting deeper than {max_depth}")
+                    raise PayloadTooDeep(f"nesting deeper than {max_depth}")
                 stack.append(items)
                 items = opened
                 break
