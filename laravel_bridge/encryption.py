@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from kombu_sqlqueue.limits import MAX_JSON_DEPTH, json_depth_exceeds
+
 from . import php_serialize
 from .exceptions import DecryptError, EncryptionKeyError, PhpSerializeError
 
@@ -44,6 +46,28 @@ def parse_app_key(key: str | bytes) -> bytes:
                 raise EncryptionKeyError(f"APP_KEY after 'base64:' is not base64: {exc}") from exc
         return key.encode("utf-8")
     return bytes(key)
+
+
+def _envelope(payload: str | bytes) -> Any:
+    """The JSON inside an encrypted string (PHP's ``json_decode(base64_decode($payload))``);
+    ValueError / TypeError when there is none."""
+    raw = base64.b64decode(payload)  # binascii.Error (a ValueError) on bad padding
+    if json_depth_exceeds(raw, MAX_JSON_DEPTH):
+        raise ValueError(f"its JSON nests deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(raw)
+
+
+def looks_encrypted(payload: str | bytes) -> bool:
+    """True when ``payload`` has the shape of Laravel's encrypted string: base64 of a JSON
+    object with ``iv``, ``value`` and ``mac`` (the first test of ``Encrypter::validPayload``).
+    Whether it decrypts is :meth:`Encrypter.decrypt`'s question."""
+    try:
+        envelope = _envelope(payload)
+    except (ValueError, TypeError):
+        return False
+    return isinstance(envelope, dict) and all(
+        envelope.get(key) is not None for key in ("iv", "value", "mac")
+    )
 
 
 class Encrypter:
@@ -94,12 +118,16 @@ class Encrypter:
     def decrypt_string(self, payload: str | bytes) -> bytes:
         """Decrypt to the raw plaintext bytes (Laravel's ``decryptString``)."""
         try:
-            envelope = json.loads(base64.b64decode(payload))
+            envelope = _envelope(payload)
+            if not isinstance(envelope, dict):
+                raise TypeError("not a JSON object")
             iv = base64.b64decode(envelope["iv"], validate=True)
             value_b64 = envelope["value"]
             mac = envelope["mac"]
             ciphertext = base64.b64decode(value_b64, validate=True)
             tag_b64 = envelope.get("tag") or ""
+            if not isinstance(tag_b64, str):
+                raise TypeError("tag is not a string")
         except (ValueError, TypeError, KeyError, binascii.Error) as exc:
             raise DecryptError(f"the payload is invalid: {exc}") from exc
         if not isinstance(mac, str) or not isinstance(value_b64, str):
@@ -107,7 +135,10 @@ class Encrypter:
         if len(iv) != (12 if self.aead else 16):
             raise DecryptError("the payload is invalid: wrong IV length for the cipher")
         if self.aead:
-            tag = base64.b64decode(tag_b64)
+            try:
+                tag = base64.b64decode(tag_b64)
+            except ValueError as exc:  # binascii.Error, or text that is not ASCII
+                raise DecryptError(f"the payload is invalid: bad tag: {exc}") from exc
             if len(tag) != 16:
                 raise DecryptError("could not decrypt the data: the GCM tag is missing")
             try:
@@ -116,7 +147,7 @@ class Encrypter:
                 raise DecryptError("could not decrypt the data: tampered or wrong key") from exc
         if tag_b64:
             raise DecryptError("unable to use a tag: the cipher does not support AEAD")
-        if not hmac.compare_digest(self._mac(envelope["iv"], value_b64), mac):
+        if not mac.isascii() or not hmac.compare_digest(self._mac(envelope["iv"], value_b64), mac):
             raise DecryptError("the MAC is invalid: tampered, or encrypted with another key")
         try:
             decryptor = Cipher(algorithms.AES(self.key), modes.CBC(iv)).decryptor()
