@@ -4,22 +4,36 @@ A payload built here for a given job is byte-identical to the one Laravel 8
 writes (uuid aside): keys in Laravel's order, ``json_encode`` with
 ``JSON_UNESCAPED_UNICODE`` (``\\/`` escaped, UTF-8 raw, U+2028/U+2029 escaped).
 Parsing keeps every key, known or not, so a payload re-encodes untouched.
+
+Limits (each refused with a named :class:`~laravel_bridge.exceptions.PayloadError`,
+never a ``RecursionError`` or ``MemoryError`` from deep inside a parser):
+:data:`MAX_PAYLOAD_BYTES` for the stored payload, :data:`MAX_JSON_DEPTH` for its
+JSON nesting, :data:`MAX_COMMAND_DEPTH` for the PHP nesting of its command.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import reprlib
 import uuid as uuid_module
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from kombu_sqlqueue.limits import MAX_JSON_DEPTH, json_depth_exceeds
+
 from . import php_serialize
-from .encryption import Encrypter
-from .exceptions import DecryptError, PayloadError, PhpSerializeError
+from .encryption import Encrypter, looks_encrypted
+from .exceptions import (
+    PayloadError,
+    PayloadTooDeep,
+    PayloadTooLarge,
+    PhpSerializeError,
+)
 from .php_serialize import PhpObject, plain_name
 
 #: The handler Laravel names in ``job`` for every queued command object.
@@ -44,6 +58,24 @@ CARBON_CLASSES = (
     "DateTime",
     "DateTimeImmutable",
 )
+
+#: The deepest nesting of PHP arrays/objects a job's command may have (``loads`` and
+#: ``dumps`` of a command, and the conversion of its values to Python and back).
+#: A real job nests a handful of levels — the job object, an array property, a
+#: ModelIdentifier and its relations list; a chained job is a serialized *string*
+#: inside, so it starts its own count. 128 is far above that and far below Python's
+#: recursion limit (1,000 frames) even for code spending three frames per level
+#: (``copy.deepcopy``, a recursive handler) under a deep stack. PHP's own
+#: ``unserialize_max_depth`` (4,096, the codec's default) is not: a command nested
+#: 500 deep decodes there but would crash recursive Python code.
+MAX_COMMAND_DEPTH = 128
+#: The largest payload the worker reads (16 MiB; bytes of its UTF-8 text). Parsed,
+#: a payload can take ~20 times its size in memory; MariaDB's default
+#: ``max_allowed_packet`` (16 MiB) refuses larger rows anyway. Jobs are kilobytes.
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+#: The longest delay a release, a backoff or a chained job's delay may ask for (a year):
+#: ``available_at`` is a 32-bit column in Laravel's migration.
+MAX_DELAY_SECONDS = 365 * 86400
 
 #: One encoder for every payload (``json.dumps`` with options builds a new one per call).
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -73,8 +105,11 @@ class ModelIdentifier:
     @classmethod
     def from_php(cls, obj: PhpObject) -> ModelIdentifier:
         relations = obj.get("relations") or []
-        rel = tuple(relations.values() if isinstance(relations, dict) else relations)
-        return cls(obj.get("class"), obj.get("id"), rel, obj.get("connection"))
+        if isinstance(relations, dict):
+            relations = list(relations.values())
+        if not isinstance(relations, list):
+            raise PayloadError(f"a ModelIdentifier's relations are a {type(relations).__name__}")
+        return cls(obj.get("class"), obj.get("id"), tuple(relations), obj.get("connection"))
 
     def to_php(self) -> PhpObject:
         return PhpObject(
@@ -99,7 +134,7 @@ def _zone(kind: int, name: str) -> tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise PayloadError(f"unknown time zone {name!r} in a date") from exc
 
 
@@ -108,8 +143,8 @@ def date_from_php(obj: PhpObject) -> datetime:
     try:
         naive = datetime.strptime(obj.get("date"), "%Y-%m-%d %H:%M:%S.%f")
         return naive.replace(tzinfo=_zone(int(obj.get("timezone_type")), obj.get("timezone")))
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise PayloadError(f"bad serialized date {obj.plain()!r}: {exc}") from exc
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise PayloadError(f"bad serialized date {short_repr(obj.plain())}: {exc}") from exc
 
 
 def date_to_php(value: datetime, class_name: str = "Carbon\\Carbon") -> PhpObject:
@@ -130,32 +165,88 @@ def date_to_php(value: datetime, class_name: str = "Carbon\\Carbon") -> PhpObjec
     return PhpObject(class_name, {"date": date, "timezone_type": kind, "timezone": name})
 
 
-def to_python(value: Any) -> Any:
-    """A friendlier view of a PHP value: dates → ``datetime``, models → ``ModelIdentifier``."""
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel = 4
+
+
+def short_repr(value: Any) -> str:
+    """A short ``repr`` of ``value`` for messages: long strings, big and deep containers cut."""
+    return _REPR.repr(value)
+
+
+def _rebuild(
+    value: Any, leaf: Callable[[Any], Any], branches: tuple[type, ...], max_depth: int
+) -> Any:
+    """Copy nested ``branches`` (lists, dicts …) as lists and dicts, applying ``leaf`` to every
+    other value. Iterative: nesting past ``max_depth`` (a cycle included) raises
+    :class:`PayloadTooDeep`, never ``RecursionError``."""
+    if not isinstance(value, branches):
+        return leaf(value)
+
+    def open_(branch: Any) -> tuple[Any, Any]:
+        if isinstance(branch, dict):
+            return {}, iter(branch.items())
+        return [], enumerate(branch)
+
+    result, items = open_(value)
+    stack = [(result, items)]
+    while stack:
+        out, items = stack[-1]
+        for key, child in items:
+            if isinstance(child, branches):
+                if len(stack) >= max_depth:
+                    raise PayloadTooDeep(
+                        f"a value nests arrays deeper than {max_depth} levels (MAX_COMMAND_DEPTH)"
+                    )
+                new, new_items = open_(child)
+                stack.append((new, new_items))
+            else:
+                new = leaf(child)
+            if type(out) is list:
+                out.append(new)
+            else:
+                out[key] = new
+            if isinstance(child, branches):
+                break
+        else:
+            stack.pop()
+    return result
+
+
+def _python_leaf(value: Any) -> Any:
     if isinstance(value, PhpObject):
         if value.class_name in CARBON_CLASSES:
             return date_from_php(value)
         if value.class_name == MODEL_IDENTIFIER:
             return ModelIdentifier.from_php(value)
-        return value
-    if isinstance(value, list):
-        return [to_python(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_python(v) for k, v in value.items()}
     return value
 
 
-def to_php(value: Any) -> Any:
-    """The PHP value for a Python one: ``datetime`` → Carbon, ``ModelIdentifier`` → its object."""
+def _php_leaf(value: Any) -> Any:
     if isinstance(value, datetime):
         return date_to_php(value)
     if isinstance(value, ModelIdentifier):
         return value.to_php()
-    if isinstance(value, (list, tuple)):
-        return [to_php(v) for v in value]
-    if isinstance(value, dict):
-        return {k: to_php(v) for k, v in value.items()}
     return value
+
+
+def to_python(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
+    """A friendlier view of a PHP value: dates → ``datetime``, models → ``ModelIdentifier``.
+
+    Lists and dicts are copied (objects are not descended into); nesting past
+    ``max_depth`` raises :class:`PayloadTooDeep`.
+    """
+    return _rebuild(value, _python_leaf, (list, dict), max_depth)
+
+
+def to_php(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
+    """The PHP value for a Python one: ``datetime`` → Carbon, ``ModelIdentifier`` → its object.
+
+    Tuples become lists; nesting past ``max_depth`` (or a list holding itself)
+    raises :class:`PayloadTooDeep`.
+    """
+    return _rebuild(value, _php_leaf, (list, tuple, dict), max_depth)
 
 
 # -- the command -------------------------------------------------------------------------
@@ -199,21 +290,33 @@ class JobCommand:
         """The jobs chained after this one, decoded (Laravel keeps them serialized)."""
         chain = self.obj.get("chained") or []
         items = chain.values() if isinstance(chain, dict) else chain
+        if not isinstance(items, (list, type({}.values()))):
+            raise PayloadError(f"the command's chained is a {type(chain).__name__}, not a list")
         return [JobCommand.loads(item) for item in items]
 
     @classmethod
-    def loads(cls, data: bytes | str) -> JobCommand:
-        """Decode a serialized command; raise :class:`PayloadError` if it is not an object."""
+    def loads(cls, data: bytes | str, *, max_depth: int = MAX_COMMAND_DEPTH) -> JobCommand:
+        """Decode a serialized command; raise :class:`PayloadError` if it is not an object
+        (:class:`PayloadTooDeep` when it nests deeper than ``max_depth``)."""
+        if not isinstance(data, (bytes, str)):
+            raise PayloadError(f"a serialized command is a string, not a {type(data).__name__}")
         try:
-            value = php_serialize.loads(data)
+            value = php_serialize.loads(data, max_depth=max_depth)
+        except PayloadTooDeep as exc:
+            raise PayloadTooDeep(
+                f"the command nests PHP arrays/objects deeper than {max_depth} levels "
+                f"(MAX_COMMAND_DEPTH): {exc}"
+            ) from exc
         except PhpSerializeError as exc:
             raise PayloadError(f"the command is not PHP-serialized data: {exc}") from exc
         if not isinstance(value, PhpObject):
             raise PayloadError(f"the command is a {type(value).__name__}, not a PHP object")
         return cls(value)
 
-    def dumps(self) -> bytes:
-        return php_serialize.dumps(self.obj)
+    def dumps(self, *, max_depth: int = MAX_COMMAND_DEPTH) -> bytes:
+        """The command as PHP ``serialize()`` writes it; :class:`PayloadTooDeep` past
+        ``max_depth``."""
+        return php_serialize.dumps(self.obj, max_depth=max_depth)
 
     @classmethod
     def build(
@@ -282,14 +385,39 @@ class Payload:
     data: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, raw: str | bytes) -> Payload:
-        """Parse a ``payload`` column; :class:`PayloadError` says what is wrong."""
+    def parse(cls, raw: str | bytes, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> Payload:
+        """Parse a ``payload`` column (text, or the bytes a BLOB holds); :class:`PayloadError`
+        says what is wrong: too large (:class:`PayloadTooLarge`), not UTF-8, nested deeper
+        than :data:`MAX_JSON_DEPTH` (:class:`PayloadTooDeep`), not JSON, not an object, no
+        ``job``. Checked in that order, each before the work that could not bear it."""
+        if not isinstance(raw, (str, bytes)):
+            raise PayloadError(f"payload is a {type(raw).__name__}, not text")
+        size = len(raw)
+        if size > max_bytes or (
+            isinstance(raw, str)
+            and size * 4 > max_bytes
+            and len(raw.encode("utf-8", "surrogatepass")) > max_bytes
+        ):
+            raise PayloadTooLarge(
+                f"payload is larger than the {max_bytes} bytes the worker reads (MAX_PAYLOAD_BYTES)"
+            )
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")  # what PHP's json_decode accepts; no BOM sniffing
+            except UnicodeDecodeError as exc:
+                raise PayloadError(f"payload is not valid UTF-8: {exc}") from exc
+        if not raw.strip():
+            raise PayloadError("payload is empty")
+        if json_depth_exceeds(raw, MAX_JSON_DEPTH):
+            raise PayloadTooDeep(
+                f"payload JSON nests deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)"
+            )
         try:
             data = json.loads(raw)
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:  # JSONDecodeError, or an integer past 4,300 digits
             raise PayloadError(f"payload is not JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise PayloadError(f"payload is JSON {type(data).__name__}, not an object")
+            raise PayloadError(f"payload is JSON {_json_kind(data)}, not an object")
         if not isinstance(data.get("job"), str):
             raise PayloadError("payload has no 'job' (the handler Laravel calls)")
         return cls(data)
@@ -337,10 +465,12 @@ class Payload:
         raw = self.data.get("backoff")
         if raw is None or raw == "":
             return []
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise PayloadError(f"bad backoff {short_repr(raw)} in the payload: not a string")
         try:
-            return [int(float(part)) for part in str(raw).split(",")]
-        except ValueError as exc:
-            raise PayloadError(f"bad backoff {raw!r} in the payload") from exc
+            return [_seconds_of(part) for part in str(raw).split(",")]
+        except (ValueError, OverflowError) as exc:
+            raise PayloadError(f"bad backoff {short_repr(raw)} in the payload: {exc}") from exc
 
     @property
     def command_name(self) -> str | None:
@@ -369,25 +499,36 @@ class Payload:
         return isinstance(text, str) and not text.startswith("O:")
 
     def command(self, encrypter: Encrypter | None = None) -> JobCommand:
-        """The decoded job object; an encrypted command needs the app's ``encrypter``."""
+        """The decoded job object; an encrypted command needs the app's ``encrypter``.
+
+        Laravel takes a command not starting with ``O:`` for encrypted; here one that is
+        not base64 of an ``{iv, value, mac}`` object either is called what it is.
+        """
         text = self.command_text
         if not isinstance(text, str):
             raise PayloadError("payload has no data.command string")
-        if not self.is_encrypted:
-            try:
-                raw = text.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON
-                raise PayloadError(f"data.command is not text PHP wrote: {exc}") from exc
-            return JobCommand.loads(raw)
-        if encrypter is None:
-            raise PayloadError("the command is encrypted; pass the app key's Encrypter")
-        try:
+        if self.is_encrypted and looks_encrypted(text):
+            if encrypter is None:
+                raise PayloadError("the command is encrypted; pass the app key's Encrypter")
             inner = encrypter.decrypt(text)  # Laravel encrypts serialize(serialize($job))
-        except DecryptError:
+            if not isinstance(inner, (str, bytes)):
+                raise PayloadError("the decrypted command is not a serialized object")
+            return JobCommand.loads(inner)
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON
+            raise PayloadError(f"data.command is not text PHP wrote: {exc}") from exc
+        try:
+            return JobCommand.loads(raw)
+        except PayloadTooDeep:
             raise
-        if not isinstance(inner, (str, bytes)):
-            raise PayloadError("the decrypted command is not a serialized object")
-        return JobCommand.loads(inner)
+        except PayloadError as exc:
+            if not self.is_encrypted or not isinstance(exc.__cause__, PhpSerializeError):
+                raise
+            raise PayloadError(
+                "data.command is neither PHP serialize() data nor a Laravel-encrypted string: "
+                f"{exc.__cause__} (it starts {short_repr(text[:24])})"
+            ) from exc
 
     @classmethod
     def build(
@@ -426,3 +567,21 @@ class Payload:
                 "data": {"commandName": command.class_name, "command": text},
             }
         )
+
+
+def _json_kind(value: Any) -> str:
+    return {str: "string", int: "number", float: "number", bool: "true/false", list: "array"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+def _seconds_of(part: str) -> int:
+    """One entry of a backoff list: whole seconds, finite (Laravel casts with ``(int)``)."""
+    part = part.strip()
+    try:
+        return int(part)
+    except ValueError:
+        value = float(part)  # "1.5", "1e3"; ValueError for the rest
+    if not math.isfinite(value):
+        raise ValueError(f"{part!r} is not a number of seconds")
+    return int(value)
