@@ -38,7 +38,10 @@ class ReservedJob:
 
     id: int
     queue: str
-    payload: str
+    #: The stored payload: its text, or its bytes when they are not UTF-8 text (a BLOB in
+    #: SQLite's TEXT column, or bytes in contract v1's BLOB column). The worker reads it;
+    #: settlements write back what is stored, never this value re-encoded.
+    payload: str | bytes
     attempts: int
     #: The layout's fence for settling this reservation.
     handle: object
@@ -235,7 +238,13 @@ class AskrLayout(_CounterMixin):
 
     @staticmethod
     def _reserved(job: ClaimedJob) -> ReservedJob:
-        payload = job.payload.decode("utf-8", "surrogateescape")
+        # askr_jobs.payload is a BLOB: text when it is UTF-8, else the bytes (the worker
+        # fails such a row; dead_letter copies the stored bytes, not this value).
+        payload: str | bytes
+        try:
+            payload = job.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            payload = bytes(job.payload)
         return ReservedJob(job.id, job.queue, payload, job.attempts, job.receipt)
 
     def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
