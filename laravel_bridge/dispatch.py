@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from kombu_sqlqueue.exceptions import InvalidQueueName
+from kombu_sqlqueue.store.names import validate_queue_name
+
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError, PayloadError
-from .payload import CARBON_CLASSES, JobCommand, Payload, date_from_php
+from .payload import CARBON_CLASSES, MAX_DELAY_SECONDS, JobCommand, Payload, date_from_php
 from .php_serialize import PhpObject
 from .tables import JobTable, PushJob, open_table
 
@@ -39,21 +42,24 @@ class Dispatched:
 
 
 def _seconds(delay: Any, now: float | None = None) -> float:
-    """A delay (seconds, ``timedelta``, or the ``datetime`` it ends at) in seconds."""
+    """A delay (seconds, ``timedelta``, or the ``datetime`` it ends at) in seconds, at most
+    :data:`~laravel_bridge.payload.MAX_DELAY_SECONDS` (``available_at`` is 32-bit)."""
     if delay is None:
         return 0.0
     if isinstance(delay, datetime):
         if delay.tzinfo is None:
             raise LaravelBridgeError("a delay datetime needs a time zone")
-        return max(0.0, delay.timestamp() - (now if now is not None else time.time()))
-    if isinstance(delay, timedelta):
+        delay = max(0.0, delay.timestamp() - (now if now is not None else time.time()))
+    elif isinstance(delay, timedelta):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
         raise LaravelBridgeError(
             f"delay must be seconds, a timedelta or a datetime, got {type(delay).__name__}"
         )
-    if delay < 0:
-        raise LaravelBridgeError(f"delay must be >= 0 seconds, got {delay!r}")
+    if not 0 <= delay <= MAX_DELAY_SECONDS:  # NaN fails both comparisons
+        raise LaravelBridgeError(
+            f"delay must be >= 0 seconds and at most {MAX_DELAY_SECONDS} (a year), got {delay!r}"
+        )
     return float(delay)
 
 
@@ -67,8 +73,10 @@ def _timestamp(value: Any, what: str) -> int | None:
         return int(value.timestamp())
     if isinstance(value, PhpObject) and value.class_name in CARBON_CLASSES:
         return int(date_from_php(value).timestamp())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PayloadError(f"{what} must be a unix time or a datetime, got {value!r}")
+    if not -(2**63) <= value < 2**63:  # inf included; a JSON number PHP can hold
+        raise PayloadError(f"{what} {value!r} is out of range for a unix time")
     return int(value)
 
 
@@ -137,6 +145,7 @@ class LaravelQueue:
             )
         if encrypt and self.encrypter is None:
             raise LaravelBridgeError("encrypt=True needs the app key: LaravelQueue(app_key=…)")
+        seconds = _seconds(delay)
         links = [
             link if isinstance(link, JobCommand) else JobCommand.build(link[0], link[1])
             for link in chain
@@ -148,7 +157,6 @@ class LaravelQueue:
             delay=int(delay) if isinstance(delay, (int, float)) and delay else None,
             chained=links,
         )
-        seconds = _seconds(delay)
         payload = Payload.build(
             command,
             uuid=uuid,
@@ -215,6 +223,8 @@ def chain_successor(
     class that defines them as methods instead is not visible from Python.
     """
     chained = command.obj.get("chained") or []
+    if not isinstance(chained, (list, dict)):
+        raise PayloadError(f"the command's chained is a {type(chained).__name__}, not a list")
     items = list(chained.values()) if isinstance(chained, dict) else list(chained)
     if not items:
         return None
@@ -248,7 +258,11 @@ def chain_successor(
     except LaravelBridgeError as exc:
         raise PayloadError(f"the next job's delay: {exc}") from exc
     queue = obj.get("queue") or DEFAULT_QUEUE
-    return PushJob(str(queue), _utf8(payload), seconds, payload.uuid)
+    try:
+        validate_queue_name(queue)
+    except InvalidQueueName as exc:
+        raise PayloadError(f"the next job's queue: {exc}") from exc
+    return PushJob(queue, _utf8(payload), seconds, payload.uuid)
 
 
 def _utf8(payload: Payload) -> str:
