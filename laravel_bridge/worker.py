@@ -4,9 +4,12 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
 
 1. Each sweep checks the queues in the order given (``--queue high,default``)
    and reserves the first ready job (the attempt is counted at reservation).
-2. A payload that cannot be read — not JSON, no ``job``, no ``uuid``, an
-   undecodable or undecryptable command — goes to the failed table with the
-   reason. (Laravel 8 would report it and retry it forever or drop it.)
+2. A row that cannot be turned into a job — past a size or nesting limit,
+   not UTF-8, not JSON, no ``job``, no ``uuid``, a command that does not
+   decode or decrypt, a ``maxTries``/``timeout``/``backoff`` … of the wrong
+   type — goes to the failed table once, with the reason and the payload
+   exactly as stored, and the loop goes on (see :meth:`Worker.process`).
+   (Laravel 8 would report it and retry it forever or drop it.)
 3. Laravel's ``markJobAsFailedIfAlreadyExceedsMaxAttempts``: with a
    ``retryUntil`` in the payload the time decides and tries do not; otherwise
    ``attempts > maxTries`` (the payload's, else ``--tries``; 0 = unlimited)
@@ -18,6 +21,9 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
    ``maxTries``, when ``maxExceptions`` is reached, or on a timeout with
    ``failOnTimeout``; otherwise it is released with the ``backoff`` for this
    attempt (the payload's list, else ``--backoff``).
+
+A job no handler here knows is handed back for another worker (``unknown_jobs``,
+``unknown_delay``): see :meth:`Worker._unknown` for how that stays out of a loop.
 
 Safety cap: a job that fails on its ``attempts_cap``-th attempt (255, what
 Laravel's ``jobs.attempts`` column holds) is failed instead of released,
@@ -46,12 +52,26 @@ from kombu_sqlqueue.exceptions import SqlQueueError
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError, PayloadError
 from .handlers import REGISTRY, Handler, HandlerRegistry
-from .payload import CALL_QUEUED_HANDLER, JobCommand, Payload
+from .payload import (
+    CALL_QUEUED_HANDLER,
+    MAX_DELAY_SECONDS,
+    MAX_PAYLOAD_BYTES,
+    JobCommand,
+    Payload,
+    short_repr,
+)
 from .tables import MAX_LARAVEL_ATTEMPTS, JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
 
 UnknownJobPolicy = Literal["release", "fail"]
+
+#: The least delay an unknown job is released with (see :meth:`Worker._unknown`).
+MIN_UNKNOWN_DELAY = 1.0
+#: How many unknown jobs a worker remembers having released (oldest forgotten first).
+UNKNOWN_MEMORY = 4096
+#: The longest timer a job's timeout sets (68 years: ``setitimer`` refuses far more).
+MAX_TIMEOUT = 2**31 - 1
 
 
 class JobTimedOut(BaseException):
@@ -68,6 +88,11 @@ class MaxAttemptsExceeded(LaravelBridgeError):
 
 class MalformedJob(LaravelBridgeError):
     """A stored job cannot be read: it goes to the failed table with this reason."""
+
+    def __init__(self, message: str | None = None, uuid: str | None = None) -> None:
+        super().__init__(message)
+        #: The payload's uuid when it has a usable one (the failed row keeps it).
+        self.uuid = uuid
 
 
 @dataclass
@@ -97,11 +122,14 @@ class WorkerOptions:
     #: The connection's ``retry_after``: a reservation older than this is taken over.
     retry_after: int = 90
     #: A job whose class has no handler: ``release`` it (attempt refunded) after
-    #: ``unknown_delay`` seconds, for another worker that knows it, or ``fail`` it.
+    #: ``unknown_delay`` seconds (at least :data:`MIN_UNKNOWN_DELAY`), for another worker
+    #: that knows it, or ``fail`` it.
     unknown_jobs: UnknownJobPolicy = "release"
     unknown_delay: float = 60.0
     #: Fail any job whose attempts pass this, retryUntil or not (Laravel's column limit).
     attempts_cap: int = 255
+    #: The largest payload read, in bytes; a larger row is failed as malformed.
+    max_payload: int = MAX_PAYLOAD_BYTES
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -110,7 +138,7 @@ class WorkerOptions:
             raise LaravelBridgeError(
                 f"unknown_jobs must be 'release' or 'fail', got {self.unknown_jobs!r}"
             )
-        for name in ("tries", "timeout", "max_jobs", "retry_after", "attempts_cap"):
+        for name in ("tries", "timeout", "max_jobs", "retry_after", "attempts_cap", "max_payload"):
             if getattr(self, name) < 0:
                 raise LaravelBridgeError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if any(b < 0 for b in self.backoff):
@@ -172,10 +200,37 @@ def exception_text(exc: BaseException) -> str:
         if kind.__module__ == "builtins"
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
+    try:
+        message = str(exc)
+    except Exception:  # an exception whose __str__ raises
+        message = "<the exception's message could not be read>"
     trace = "".join(traceback.format_exception(exc)).rstrip()
-    text = f"{name}: {exc}\n\n{trace}"
-    # A lone surrogate in a message could not be stored as UTF-8.
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return storable_text(f"{name}: {message}\n\n{trace}")
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every engine's text column takes it: a lone surrogate (not UTF-8) and
+    NUL (PostgreSQL's text refuses it) written as escapes."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\0", "\\x00") if "\0" in text else text
+
+
+def _printable(name: str) -> str:
+    """A name for a console line: characters a terminal would not show are escaped."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
+def _uuid_problem(uuid: object) -> str | None:
+    """Why the payload's ``uuid`` cannot be the failed row's uuid, or None if it can."""
+    if not isinstance(uuid, str) or not uuid:
+        return "payload has no 'uuid'"
+    if len(uuid) > 255:
+        return "payload 'uuid' is longer than failed_jobs.uuid holds (255)"
+    if "\0" in uuid or not uuid.isprintable():
+        return f"payload 'uuid' {uuid[:60]!r} holds characters a uuid column cannot store"
+    return None
 
 
 class Worker:
@@ -213,6 +268,8 @@ class Worker:
         self._running = False
         self._alarm_ready = False
         self._timeout = 0
+        #: uuids of jobs this worker released as unknown, oldest first (see _unknown).
+        self._released_unknown: dict[str, None] = {}
 
     # -- the loop -----------------------------------------------------------------
 
@@ -256,15 +313,19 @@ class Worker:
         return 0
 
     def process_next(self) -> bool:
-        """Reserve and run at most one job; True if one was found."""
+        """Reserve and run at most one job; True if one was found.
+
+        A job this worker already released as unknown, found again, is handed back and
+        counts as none found: the sweep saw only what this worker cannot run, so
+        ``stop_when_empty`` stops and the loop idles ``sleep`` (see :meth:`_unknown`).
+        """
         job, self._next = self._next, None
         if job is None:
             job = self.pop()
         if job is None:
             return False
         self.jobs_processed += 1
-        self.process(job)
-        return True
+        return self._process(job)
 
     def pop(self) -> ReservedJob | None:
         """One sweep: the first ready job of the queues, in their order."""
@@ -329,60 +390,85 @@ class Worker:
     def _line(self, job: ReservedJob, status: str, name: str) -> None:
         if self.output is not None:
             stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
-            self.output(f"[{stamp}][{job.id}] {status + ':':<11} {name}")
+            self.output(f"[{stamp}][{job.id}] {status + ':':<11} {_printable(name)}")
 
     def _parse(self, job: ReservedJob) -> _Parsed:
+        """The job in a reserved row, or :class:`MalformedJob` saying why there is none."""
         try:
-            payload = Payload.parse(job.payload)
+            payload = Payload.parse(job.payload, max_bytes=self.options.max_payload)
         except PayloadError as exc:
             raise MalformedJob(str(exc)) from exc
-        uuid = payload.uuid
-        if not isinstance(uuid, str) or not uuid:
-            raise MalformedJob("payload has no 'uuid'")
+        problem = _uuid_problem(payload.uuid)
+        if problem is not None:
+            raise MalformedJob(problem)
+        uuid = str(payload.uuid)
         command: JobCommand | None = None
         if payload.job == CALL_QUEUED_HANDLER:
             try:
                 command = payload.command(self.encrypter)
                 properties = command.properties
             except LaravelBridgeError as exc:
-                raise MalformedJob(f"cannot decode data.command: {exc}") from exc
-            name = payload.command_name or command.class_name
+                raise MalformedJob(f"cannot decode data.command: {exc}", uuid) from exc
+            named = payload.command_name
+            name = named if isinstance(named, str) and named else command.class_name
         else:
             # A job pushed as "Class@method" with plain data (Queue::push('Class', $data)).
             name = payload.job.split("@", 1)[0]
             data = payload.data.get("data")
             properties = dict(data) if isinstance(data, dict) else {"data": data}
-        if not isinstance(name, str) or not name.strip("\\"):
-            raise MalformedJob(f"payload names no job class ({payload.job!r})")
-        if len(uuid) > 255:
-            raise MalformedJob("payload 'uuid' is longer than failed_jobs.uuid holds (255)")
+        if not name.strip("\\"):
+            raise MalformedJob(f"payload names no job class ({short_repr(payload.job)})", uuid)
         for key in ("maxTries", "maxExceptions", "timeout", "retryUntil"):
             value = payload.data.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise MalformedJob(f"payload {key} is {value!r}, not an integer")
+                shown = short_repr(value)
+                raise MalformedJob(f"payload {key} is {shown}, not an integer", uuid)
         try:
             payload.backoff  # noqa: B018 — validates the backoff text
         except PayloadError as exc:
-            raise MalformedJob(str(exc)) from exc
+            raise MalformedJob(str(exc), uuid) from exc
         return _Parsed(name, uuid, payload, command, properties)
 
     def process(self, job: ReservedJob) -> None:
-        """Run one reserved job and settle it (Laravel's ``Worker::process``)."""
+        """Run one reserved job and settle it (Laravel's ``Worker::process``).
+
+        Whatever the row holds, this settles it and returns: a row that cannot be
+        turned into a job is failed once, with the reason and the payload as stored
+        (:class:`MalformedJob`). Only the store's own errors (the database) and
+        ``BaseException`` from a handler leave it.
+        """
+        self._process(job)
+
+    def _process(self, job: ReservedJob) -> bool:
+        """:meth:`process`; False when the job was one this worker already released as
+        unknown (handed back again: nothing done)."""
         try:
             parsed = self._parse(job)
         except MalformedJob as exc:
             self._fail_malformed(job, exc)
-            return
+            return True
+        except Exception as exc:  # a row this code failed to foresee: settle it all the same
+            logger.exception("reading job %s raised; it goes to the failed table", job.id)
+            reason = MalformedJob(
+                f"the worker could not read the job: {type(exc).__name__}: {exc} "
+                "(unforeseen; please report it to laravel_bridge)"
+            )
+            reason.__cause__ = exc
+            self._fail_malformed(job, reason)
+            return True
         self._line(job, "Processing", parsed.name)
         handler = self.handlers.get(parsed.name)
         try:
             self._fail_if_already_exceeded(job, parsed)
         except MaxAttemptsExceeded as exc:
             self._fail(job, parsed, exc, handler)
-            return
+            return True
         if handler is None:
-            self._unknown(job, parsed)
-            return
+            return self._unknown(job, parsed)
+        self._run_handler(job, parsed, handler)
+        return True
+
+    def _run_handler(self, job: ReservedJob, parsed: _Parsed, handler: Handler) -> None:
         context = Job(
             job.id,
             parsed.name,
@@ -429,7 +515,7 @@ class Worker:
             return
         try:
             then = self._next_in_chain(parsed)
-        except (LaravelBridgeError, TypeError, ValueError) as exc:  # the finished job's failure
+        except Exception as exc:  # a chain link that cannot be dispatched: this job's failure
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
         if self._settled(self._settle_done(job, then), "delete", job, parsed):
@@ -566,7 +652,7 @@ class Worker:
         return max(0, int(backoff[index] if 0 <= index < len(backoff) else backoff[-1]))
 
     def _release(self, job: ReservedJob, parsed: _Parsed, delay: float) -> None:
-        delay = max(0.0, delay)
+        delay = min(max(0.0, delay), MAX_DELAY_SECONDS)  # available_at is a 32-bit column
         if job.attempts >= self._attempts_cap:
             # Never released past the cap: on Laravel's table attempts is a TINYINT, and a
             # row at 255 would make every later pop of it fail.
@@ -604,14 +690,10 @@ class Worker:
                 logger.exception("the failure hook of %s raised", parsed.name)
 
     def _fail_malformed(self, job: ReservedJob, exc: MalformedJob) -> None:
-        """Move an unreadable job to the failed table; a uuid is made if it has none."""
-        try:
-            uuid = Payload.parse(job.payload).uuid
-        except PayloadError:
-            uuid = None
-        if not isinstance(uuid, str) or not uuid or len(uuid) > 255:
-            uuid = str(uuid_module.uuid4())
-        reason = f"{MalformedJob.__module__}.MalformedJob: {exc}"
+        """Move an unreadable job to the failed table as stored; it keeps the payload's
+        uuid when that is usable, else gets a new one (``failed_jobs.uuid`` is required)."""
+        uuid = exc.uuid or str(uuid_module.uuid4())
+        reason = storable_text(f"{MalformedJob.__module__}.MalformedJob: {exc}")
         if self.table.fail(job, self.options.connection, uuid, reason):
             logger.warning(
                 "job %s on %r is malformed, moved to failed jobs: %s", job.id, job.queue, exc
@@ -620,19 +702,51 @@ class Worker:
         else:
             logger.warning("job %s is malformed, and its reservation was taken over", job.id)
 
-    def _unknown(self, job: ReservedJob, parsed: _Parsed) -> None:
+    def _unknown(self, job: ReservedJob, parsed: _Parsed) -> bool:
+        """A job no handler here knows: fail it, or hand it back for another worker.
+
+        Handed back, it must neither come straight back to this worker nor keep it
+        busy (``--unknown-delay 0`` once made 60,723 releases in 10 s, and
+        ``--stop-when-empty`` never returned). Laravel's own release (8.83,
+        ``DatabaseQueue::deleteAndRelease``) deletes the row and inserts it again, so it
+        queues behind every waiting job; a Python worker adds two rules:
+
+        * the delay is at least :data:`MIN_UNKNOWN_DELAY` (1 s): ``available_at`` holds
+          whole seconds, and contract v1's claim orders by ``available_at`` then id, so
+          a delay of 0 could leave the job in front of jobs that became ready in the
+          same second; 1 s puts it behind every job ready now on both layouts;
+        * the worker remembers the uuids it released as unknown (the last
+          :data:`UNKNOWN_MEMORY`). Meeting one again means the sweep found nothing it
+          can run: the job is handed back once more and the sweep counts as empty
+          (False), so ``stop_when_empty`` stops and a long-running worker idles
+          ``sleep`` seconds — at most one such release per sweep, never a hot loop.
+        """
         if self.options.unknown_jobs == "fail":
             exc = LaravelBridgeError(f"no handler is registered for {parsed.name}")
             self._fail(job, parsed, exc, None)
-            return
-        delay = self.options.unknown_delay
-        if self._settled(self.table.release(job, delay, refund=True), "release", job, parsed):
-            logger.warning(
-                "no handler for %s (job %s): released for %s s with its attempt refunded",
+            return True
+        delay = min(max(self.options.unknown_delay, MIN_UNKNOWN_DELAY), MAX_DELAY_SECONDS)
+        again = parsed.uuid in self._released_unknown
+        if not self._settled(self.table.release(job, delay, refund=True), "release", job, parsed):
+            return True
+        if again:
+            logger.info(
+                "no handler for %s (job %s), met again: handed back for %s s",
                 parsed.name,
                 job.id,
                 delay,
             )
+            return False
+        self._released_unknown[parsed.uuid] = None
+        if len(self._released_unknown) > UNKNOWN_MEMORY:
+            del self._released_unknown[next(iter(self._released_unknown))]
+        logger.warning(
+            "no handler for %s (job %s): released for %s s with its attempt refunded",
+            parsed.name,
+            job.id,
+            delay,
+        )
+        return True
 
     def _settled(self, ok: bool, operation: str, job: ReservedJob, parsed: _Parsed) -> bool:
         if not ok:
@@ -664,6 +778,7 @@ class Worker:
         if seconds <= 0 or threading.current_thread() is not threading.main_thread():
             yield
             return
+        seconds = min(seconds, MAX_TIMEOUT)
 
         self._timeout = seconds
         # Outside run() (process_next called directly) the handler is installed per job.
