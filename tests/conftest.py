@@ -14,7 +14,6 @@ instead of skipping it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -30,13 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers  # noqa: E402  (tests/servers.py: throwaway PostgreSQL and MariaDB)
+from servers import in_ci  # noqa: E402
 
 #: Engines the parametrized suites run on.
 ENGINES = ["sqlite", "postgresql", "mysql"]
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 _started: dict[str, servers.Server | BaseException] = {}

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import in_ci
 from kombu import Connection, Consumer, Producer, Queue
+from servers import in_ci
 
 from kombu_sqlqueue.exceptions import (
     MessageTooLarge,

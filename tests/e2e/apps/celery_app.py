@@ -7,6 +7,7 @@ test builds its own copy with :func:`create_app` to send tasks with ``.delay()``
 * ``E2E_OUT`` — file each task appends one JSON line to (there is no result backend)
 * ``E2E_VISIBILITY`` — transport ``visibility_timeout`` in seconds (default 3)
 * ``E2E_PREFETCH`` — ``worker_prefetch_multiplier`` (default 1)
+* ``E2E_MAX_ATTEMPTS`` — transport ``max_attempts`` (default 25)
 """
 
 from __future__ import annotations
@@ -37,10 +38,16 @@ def _record(event: str, label: str, request: Any) -> None:
         f.write(line + "\n")
 
 
-def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> Celery:
+def create_app(
+    broker_url: str, visibility: float = 3.0, prefetch: int = 1, max_attempts: int = 25
+) -> Celery:
     app = Celery("e2e_app", broker=broker_url, set_as_current=False)
     app.conf.update(
-        broker_transport_options={"visibility_timeout": visibility, "polling_interval": 0.1},
+        broker_transport_options={
+            "visibility_timeout": visibility,
+            "polling_interval": 0.1,
+            "max_attempts": max_attempts,
+        },
         broker_connection_retry_on_startup=True,
         task_default_queue=QUEUE,
         worker_prefetch_multiplier=prefetch,
@@ -72,6 +79,12 @@ def create_app(broker_url: str, visibility: float = 3.0, prefetch: int = 1) -> C
             os._exit(1)
         _record("ran", label, self.request)
 
+    @app.task(bind=True, name="e2e.kill_worker", acks_late=True, shared=False)
+    def kill_worker(self: Any, label: str) -> None:
+        """Kills the process running it (with --pool=solo: the worker itself), every time."""
+        _record("started", label, self.request)
+        os._exit(1)
+
     @app.task(bind=True, name="e2e.limited", rate_limit="1/m", shared=False)
     def limited(self: Any, label: str) -> None:
         """Rate-limited: the worker holds the later messages (unacked) in its token bucket."""
@@ -91,4 +104,5 @@ if "E2E_BROKER_URL" in os.environ:
         os.environ["E2E_BROKER_URL"],
         visibility=float(os.environ.get("E2E_VISIBILITY", "3")),
         prefetch=int(os.environ.get("E2E_PREFETCH", "1")),
+        max_attempts=int(os.environ.get("E2E_MAX_ATTEMPTS", "25")),
     )

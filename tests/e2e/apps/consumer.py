@@ -8,7 +8,7 @@ Modes:
 
 * ``hold`` — take one message, hold it unacked until ``--ack-file`` exists,
   then ack it and exit 0.
-* ``ack`` — ack every message, appending each body's ``id`` to ``--out``;
+* ``ack`` — ack every message (``--sleep`` seconds each), appending its body's ``id`` to ``--out``;
   exit 0 once ``--stop-file`` exists and a poll came back empty.
 * ``die`` — on the first message, ``os._exit(1)`` without settling it (a
   consumer that crashes on every delivery of a poison message).
@@ -46,6 +46,7 @@ def main() -> int:
     p.add_argument("--stop-file")
     p.add_argument("--start-file", help="after 'ready', wait for this file before consuming")
     p.add_argument("--idle-exit", type=float, default=30.0)
+    p.add_argument("--sleep", type=float, default=0.0, help="ack mode: seconds per message")
     args = p.parse_args()
 
     logging.basicConfig(
@@ -73,6 +74,7 @@ def main() -> int:
             os._exit(1)
         if args.mode == "ack":
             assert out is not None
+            time.sleep(args.sleep)
             out.write(f"{body['id']}\n")
             out.flush()
             message.ack()
