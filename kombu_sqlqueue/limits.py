@@ -27,7 +27,7 @@ def json_depth_exceeds(data: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
     Brackets inside strings are not counted. The text need not be valid JSON:
     the parser that runs afterwards says what else is wrong with it.
     """
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
     depth = 0

@@ -122,7 +122,7 @@ def changed(message: dict[str, Any], path: str, value: Any = ..., drop: bool = F
     for key in parents:
         node = node[key]
     if drop:
-        del node[last]
+        node.pop(last, None)
     else:
         node[last] = value
     return json.dumps(message).encode()
@@ -280,3 +280,57 @@ def test_messages_whose_reservation_was_lost_while_stopped_are_not_started(
     assert b.wait(timeout=30) == 0, b.output
     assert len(a.events("received")) == 1, a.output  # the one it had started only
     assert "not starting job" in a.stderr
+
+
+def test_a_kombu_consumer_dead_letters_every_bad_row_and_goes_on(
+    spawn: Callable[..., Proc], broker_url: str, db_url: str, store: JobStore, tmp_path: Path
+) -> None:
+    """The plain Kombu entry point (apps/consumer.py): the envelope's bad kinds, any engine."""
+    queue = "kombuq"
+    producer = spawn("producer", producer_args(broker_url, queue, 1, "template"))
+    assert producer.wait(timeout=30) == 0, producer.output
+    (payload,) = sql(db_url, "SELECT payload FROM askr_jobs WHERE queue = ?", queue)[0]
+    store.purge(queue)
+    template = json.loads(bytes(payload))
+    store.size(queue)  # a connection: a server engine learns its payload limit
+    rows = {
+        name: row
+        for name, row in bad_rows(template, min(2 * 1024 * 1024, store.engine.max_payload_bytes))
+        .items()
+        if name not in ("unknown_content_type", "unregistered_task", "no_task_header")
+        and "task" not in name and "shape" not in name
+    }  # fmt: skip
+    rows["body_not_json"] = (changed(template, "body", base64.b64encode(b"{x").decode()),
+                             "body is not readable JSON")  # fmt: skip
+    rows["unknown_compression"] = (changed(template, "headers", {"compression": "nope"}),
+                                   "cannot be decompressed")  # fmt: skip
+    for _name, (payload, _reason) in rows.items():
+        store.enqueue(NewJob(queue, payload))
+    producer = spawn("producer2", producer_args(broker_url, queue, 10, "v"))
+    assert producer.wait(timeout=30) == 0, producer.output
+
+    out, stop = tmp_path / "out.txt", tmp_path / "stop"
+    supervisor = Supervisor(
+        lambda: spawn("consumer", consumer_args(broker_url, queue, "ack", "--prefetch", "4",
+                                                "--out", str(out), "--stop-file", str(stop)))
+    )  # fmt: skip
+    try:
+        finished = supervisor.run_until(
+            lambda: (
+                store.backlog(queue).total == 0
+                and out.exists()
+                and len(out.read_text().split()) >= 10
+            ),
+            timeout=60,
+        )
+    finally:
+        stop.touch()
+        supervisor.worker.wait(timeout=30)
+    assert finished, supervisor.worker.output
+    assert supervisor.deaths == 0, supervisor.worker.output
+    assert sorted(out.read_text().split()) == sorted(f"v-{i}" for i in range(10))
+    failed = sql(db_url, "SELECT payload, exception FROM askr_failed_jobs WHERE queue = ?", queue)
+    by_payload = {bytes(p): str(e) for p, e in failed}
+    assert len(failed) == len(rows) == len(by_payload)
+    for name, (payload, reason) in rows.items():
+        assert reason in by_payload[payload], (name, by_payload.get(payload))
