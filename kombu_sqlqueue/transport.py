@@ -663,32 +663,27 @@ class Transport(virtual.Transport):
                 # A full disk, a read-only or refused database: claiming writes, so no
                 # message can be taken now. Say so once, and poll on until it clears.
                 if not self._condition_reported:
-                    logger.error("cannot claim messages: %s; will retry", exc)
+                    logger.error("cannot consume messages: %s; will retry", exc)
                     self._condition_reported = True
-                empty = True
             except Empty:
                 self._condition_cleared()
-                empty = True
-            else:
-                empty = False
-            if empty:
-                elapsed = monotonic() - started
-                if timeout is not None and elapsed >= timeout:
-                    raise TimeoutError() from None
-                wait = min(
-                    self.options.polling_interval * 2**self._idle_rounds,
-                    self.options.max_polling_interval,
-                )
-                if timeout is not None:
-                    wait = min(wait, timeout - elapsed)
-                self._idle_rounds = min(self._idle_rounds + 1, 32)
-                consumed = {q for channel in self.channels for q in channel._active_queues}
-                if self.store.wait_for_jobs(wait, consumed or None):
-                    self._idle_rounds = 0
             else:
                 self._condition_cleared()
                 self._idle_rounds = 0
                 return
+            elapsed = monotonic() - started
+            if timeout is not None and elapsed >= timeout:
+                raise TimeoutError() from None
+            wait = min(
+                self.options.polling_interval * 2**self._idle_rounds,
+                self.options.max_polling_interval,
+            )
+            if timeout is not None:
+                wait = min(wait, timeout - elapsed)
+            self._idle_rounds = min(self._idle_rounds + 1, 32)
+            consumed = {q for channel in self.channels for q in channel._active_queues}
+            if self.store.wait_for_jobs(wait, consumed or None):
+                self._idle_rounds = 0
 
     def _condition_cleared(self) -> None:
         if self._condition_reported:
