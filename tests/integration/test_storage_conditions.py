@@ -154,3 +154,34 @@ def test_a_message_larger_than_the_engine_takes_is_refused_at_once(
     third = limit // 3
     ids = store.enqueue_many([NewJob("big", b"y" * third) for _ in range(4)])
     assert len(ids) == 4 and store.size("big") == 5
+
+
+# PostgreSQL only: MariaDB's test server runs with --skip-grant-tables (no privilege to
+# refuse), and its read_only does not bind the admin user the tests connect as.
+@pytest.mark.parametrize("engine_name", ["postgresql"])
+def test_postgresql_read_only_and_refused_privilege_are_named_errors(db_url: str) -> None:
+    import sqlalchemy as sa
+
+    owner = JobStore(db_url)
+    owner.ensure_ready()
+    owner.close()
+    name = db_url.rsplit("/", 1)[1]
+    admin = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")  # fmt: skip
+    with admin.connect() as c:
+        c.exec_driver_sql(f"CREATE ROLE reader_{name} LOGIN")
+        c.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader_{name}")
+    reader = JobStore(db_url.replace("postgres@", f"reader_{name}@"),
+                      StoreOptions(create_tables=False))  # fmt: skip
+    with pytest.raises(StorePermissionError, match="privilege"):
+        reader.enqueue(NewJob("q", b"{}"))
+    reader.close()
+    with admin.connect() as c:
+        c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+    ro = JobStore(db_url, StoreOptions(create_tables=False))
+    with pytest.raises(StoreReadOnlyError, match="read-only"):
+        ro.enqueue(NewJob("q", b"{}"))
+    ro.close()
+    with admin.connect() as c:
+        c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = off")
+    admin.dispose()
