@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, str]] = [
     ("  kombu serialization.dumps (body json)", "serialization.py:*(dumps)"),
     ("  virtual Channel.basic_publish", "virtual/base.py:*(basic_publish)"),
     ("  transport Channel._put", "transport.py:*(_put)"),
-    ("    Channel._new_job (json.dumps, eta...)", "transport.py:*(_new_job)"),
+    ("    envelope.new_job (json.dumps, eta...)", "envelope.py:*(new_job)"),
     ("    JobStore.enqueue", "store.py:*(enqueue)"),
     ("kombu drain_events (total)", "connection.py:*(drain_events)"),
     ("  transport Channel._get_and_deliver", "transport.py:*(_get_and_deliver)"),

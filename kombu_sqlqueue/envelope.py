@@ -1,4 +1,9 @@
-"""Reading a stored row as a Kombu message, checked before anything else touches it.
+"""A Kombu message's stored form: the row written on publish, the message read back.
+
+Writing: :func:`new_job` maps a message Kombu publishes to the row it is stored as
+(priority, Celery's ``eta`` as a delay, time to live, the task id as the row's uuid).
+
+Reading: a stored row is checked before anything else touches it.
 
 Kombu's ``virtual.Message`` and Celery's worker read a message's fields without
 checking their types: a ``headers`` that is a string, a ``body`` that is a number,
@@ -16,7 +21,9 @@ from __future__ import annotations
 
 import codecs as text_codecs
 import json
+import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kombu.compression import decompress
@@ -24,11 +31,109 @@ from kombu.utils.json import loads as kombu_json_loads
 
 from .exceptions import MalformedMessage, PayloadLimitExceeded
 from .limits import MAX_JSON_DEPTH, json_depth_exceeds
+from .store import ClaimedJob, NewJob
+
+logger = logging.getLogger(__name__)
+
+#: AMQP's delivery_mode of a message a broker may lose on a crash.
+TRANSIENT = 1
+
+#: Kombu clamps message priorities to 0..9 (``virtual.Channel.max_priority``), default 0.
+MAX_PRIORITY = 9
 
 #: Content types whose body is checked here (what Celery and Kombu send by default).
 #: Others (pickle, yaml, msgpack) are the consumer's to decode: Celery refuses those it
 #: does not accept by itself, and unpickling here would run the payload's code.
 JSON_CONTENT_TYPES = frozenset({"application/json"})
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+def eta_delay(headers: dict[str, Any] | None, now: datetime | None = None) -> float:
+    """Seconds until a Celery message's ``eta`` header (0 when absent or past).
+
+    A naive ``eta`` is taken as UTC, as Celery writes UTC unless told otherwise.
+    """
+    eta = (headers or {}).get("eta")
+    if not eta:
+        return 0.0
+    try:
+        when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    except ValueError:
+        logger.warning("ignoring unparsable eta header %r; delivering now", eta)
+        return 0.0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def time_to_live(properties: dict[str, Any], queue_ttl: float | None) -> float | None:
+    """Seconds a message is kept: the shorter of its ``expiration`` property (AMQP:
+    milliseconds, as a string) and its queue's x-message-ttl (``queue_ttl``, seconds)."""
+    ttl = queue_ttl
+    expiration = properties.get("expiration")
+    if expiration is not None:
+        try:
+            own = float(expiration) / 1000.0
+        except (TypeError, ValueError):
+            logger.warning("ignoring unparsable expiration property %r", expiration)
+        else:
+            ttl = own if ttl is None else min(ttl, own)
+    return ttl
+
+
+def stored_priority(properties: dict[str, Any], order: str = "high_first") -> int:
+    """The message's priority (clamped to 0..9 as Kombu does) in contract order (higher
+    first); ``low_first`` is Redis's order (0 first), stored reversed."""
+    try:
+        priority = max(min(int(properties["priority"]), MAX_PRIORITY), 0)
+    except (TypeError, ValueError, KeyError):
+        priority = 0
+    return MAX_PRIORITY - priority if order == "low_first" else priority
+
+
+def new_job(
+    queue: str,
+    message: dict[str, Any],
+    *,
+    max_attempts: int,
+    queue_ttl: float | None = None,
+    priority_order: str = "high_first",
+) -> NewJob:
+    """The row a message Kombu publishes to ``queue`` is stored as."""
+    headers = message.get("headers") or {}
+    properties = message.get("properties") or {}
+    task_id = headers.get("id") or properties.get("correlation_id")
+    return NewJob(
+        queue=queue,
+        payload=json.dumps(message).encode(),
+        priority=stored_priority(properties, priority_order),
+        delay=eta_delay(headers),
+        max_attempts=max_attempts,
+        uuid=str(task_id) if task_id else None,
+        expires_in=time_to_live(properties, queue_ttl),
+    )
+
+
+def is_transient(message: dict[str, Any]) -> bool:
+    """A message a broker may lose on a crash (Celery's events and control messages)."""
+    return bool((message.get("properties") or {}).get("delivery_mode") == TRANSIENT)
+
+
+# -- reading -------------------------------------------------------------------------
+
+
+def delivery(job: ClaimedJob, message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` (read from ``job`` by :func:`read_message`) as a delivery: its tag names
+    the row and its reservation; ``redelivered`` when an earlier delivery may have run."""
+    properties = message["properties"]
+    properties["delivery_tag"] = f"{job.id}:{job.token}"
+    redelivered = job.attempts > 1
+    properties.setdefault("delivery_info", {})["redelivered"] = redelivered
+    message["redelivered"] = redelivered
+    return message
 
 
 def _type_name(value: Any) -> str:
@@ -186,4 +291,16 @@ def _check_celery_task_v1(body: dict[str, Any]) -> None:
     _require(body.get("kwargs", {}), dict, "body.kwargs")
 
 
-__all__ = ["JSON_CONTENT_TYPES", "parse_json", "read_message"]
+__all__ = [
+    "JSON_CONTENT_TYPES",
+    "MAX_PRIORITY",
+    "TRANSIENT",
+    "delivery",
+    "eta_delay",
+    "is_transient",
+    "new_job",
+    "parse_json",
+    "read_message",
+    "stored_priority",
+    "time_to_live",
+]

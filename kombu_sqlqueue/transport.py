@@ -36,13 +36,11 @@ This module holds no SQL: it turns Kombu calls into job-store calls.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import weakref
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 from queue import Empty
 from time import monotonic
 from typing import Any
@@ -52,7 +50,7 @@ from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ._version import __version__
-from .envelope import read_message
+from .envelope import delivery, eta_delay, is_transient, new_job, read_message
 from .exceptions import (
     MalformedMessage,
     MessageTooLarge,
@@ -69,33 +67,8 @@ from .transient import TransientWriter
 
 logger = logging.getLogger(__name__)
 
-#: AMQP's delivery_mode of a message a broker may lose on a crash.
-TRANSIENT = 1
-
 #: Bound on the (exchange, routing key) pairs remembered as routed nowhere.
 MAX_REMEMBERED_MISSES = 1024
-
-#: Kombu clamps message priorities to this range (``virtual.Channel.max_priority``).
-MAX_PRIORITY = 9
-
-
-def eta_delay(headers: dict[str, Any] | None, now: datetime | None = None) -> float:
-    """Seconds until a Celery message's ``eta`` header (0 when absent or past).
-
-    A naive ``eta`` is taken as UTC, as Celery writes UTC unless told otherwise.
-    """
-    eta = (headers or {}).get("eta")
-    if not eta:
-        return 0.0
-    try:
-        when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
-    except ValueError:
-        logger.warning("ignoring unparsable eta header %r; delivering now", eta)
-        return 0.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = now or datetime.now(UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 #: Channels holding auto_delete queues, for the exit hook below.
@@ -148,40 +121,14 @@ class Channel(virtual.Channel):
 
     # -- publishing -------------------------------------------------------------------
 
-    def _stored_priority(self, message: dict[str, Any]) -> int:
-        priority = int(self._get_message_priority(message))
-        if self.options.priority_order == "low_first":
-            # Redis order (0 first) stored in contract order (higher first).
-            return MAX_PRIORITY - priority
-        return priority
-
     def _new_job(self, queue: str, message: dict[str, Any]) -> NewJob:
-        headers = message.get("headers") or {}
-        properties = message.get("properties") or {}
-        task_id = headers.get("id") or properties.get("correlation_id")
-        return NewJob(
-            queue=queue,
-            payload=json.dumps(message).encode(),
-            priority=self._stored_priority(message),
-            delay=eta_delay(headers),
+        return new_job(
+            queue,
+            message,
             max_attempts=self.options.for_queue(queue).max_attempts,
-            uuid=str(task_id) if task_id else None,
-            expires_in=self._time_to_live(queue, properties),
+            queue_ttl=self._message_ttls.get(queue),
+            priority_order=self.options.priority_order,
         )
-
-    def _time_to_live(self, queue: str, properties: dict[str, Any]) -> float | None:
-        """Seconds ``queue`` keeps this message: the shorter of its ``expiration``
-        property (AMQP: milliseconds, as a string) and the queue's x-message-ttl."""
-        ttl = self._message_ttls.get(queue)
-        expiration = properties.get("expiration")
-        if expiration is not None:
-            try:
-                own = float(expiration) / 1000.0
-            except (TypeError, ValueError):
-                logger.warning("ignoring unparsable expiration property %r", expiration)
-            else:
-                ttl = own if ttl is None else min(ttl, own)
-        return ttl
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish: one INSERT; the job is stored when this returns.
@@ -191,8 +138,7 @@ class Channel(virtual.Channel):
         """
         validate_queue_name(queue)  # here, not in the writer's thread a moment later
         job = self._new_job(queue, message)
-        properties = message.get("properties") or {}
-        if properties.get("delivery_mode") == TRANSIENT and self.options.transient_flush_interval:
+        if is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
             self.connection.transient.put(job)
         else:
@@ -216,13 +162,7 @@ class Channel(virtual.Channel):
         except Exception as exc:  # a check that itself failed: still the row's fault
             self._dead_letter_unreadable(job, f"{type(exc).__name__}: {exc}")
             return None
-        tag = f"{job.id}:{job.token}"
-        props = message["properties"]
-        props["delivery_tag"] = tag
-        info = props.setdefault("delivery_info", {})
-        info["redelivered"] = job.attempts > 1
-        message["redelivered"] = job.attempts > 1
-        return message
+        return delivery(job, message)
 
     def _dead_letter_unreadable(self, job: ClaimedJob, why: str) -> None:
         reason = f"malformed stored message: {why}"
@@ -720,4 +660,4 @@ class Transport(virtual.Transport):
         return f"sqlqueue+{rendered}"
 
 
-__all__ = ["Channel", "Transport", "__version__", "eta_delay"]
+__all__ = ["Channel", "Transport", "__version__", "eta_delay"]  # eta_delay: envelope's

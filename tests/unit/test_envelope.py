@@ -23,9 +23,16 @@ from kombu import Connection
 from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.transport.virtual import Channel as VirtualChannel
 
-from kombu_sqlqueue.envelope import read_message
+from kombu_sqlqueue.envelope import (
+    delivery,
+    new_job,
+    read_message,
+    stored_priority,
+    time_to_live,
+)
 from kombu_sqlqueue.exceptions import MalformedMessage, PayloadLimitExceeded
 from kombu_sqlqueue.limits import MAX_JSON_DEPTH, json_depth_exceeds
+from kombu_sqlqueue.store import ClaimedJob
 
 CODECS = VirtualChannel.codecs
 APP = Celery("envelope_tests", set_as_current=False)
@@ -235,3 +242,40 @@ def test_any_nesting_depth_is_read_or_refused_never_a_recursion_error(
                    inner.encode() + b"}")  # fmt: skip
     read_or_refuse(stored(mutate("body", base64.b64encode(f"[[{inner}], {{}}, {{}}]".encode())
                                  .decode())))  # fmt: skip
+
+
+# -- writing: the row a published message is stored as --------------------------------
+
+
+def test_new_job_maps_priority_eta_ttl_and_task_id() -> None:
+    message = celery_message()
+    message["properties"].update(priority=7, expiration="1500")
+    message["headers"]["eta"] = "2999-01-01T00:00:00+00:00"
+    job = new_job("q", message, max_attempts=3, queue_ttl=10.0)
+    assert job.queue == "q" and job.max_attempts == 3 and job.priority == 7
+    assert job.uuid == message["headers"]["id"] and job.expires_in == 1.5  # the shorter
+    assert job.delay > 3600 and json.loads(job.payload) == message
+    low = new_job("q", message, max_attempts=3, priority_order="low_first")
+    assert low.priority == 2 and low.expires_in == 1.5
+
+
+@pytest.mark.parametrize(
+    ("priority", "stored"), [(None, 0), ("x", 0), (-4, 0), (3, 3), (12, 9), ("5", 5)]
+)
+def test_priorities_are_clamped_as_kombu_does(priority: Any, stored: int) -> None:
+    assert stored_priority({"priority": priority}) == stored
+    assert stored_priority({"priority": priority}, "low_first") == 9 - stored
+
+
+def test_time_to_live_is_the_shorter_and_ignores_garbage() -> None:
+    assert time_to_live({}, None) is None
+    assert time_to_live({"expiration": "2000"}, None) == 2.0
+    assert time_to_live({"expiration": "2000"}, 1.0) == 1.0
+    assert time_to_live({"expiration": "soon"}, 4.0) == 4.0
+
+
+def test_a_delivery_names_its_row_and_reservation() -> None:
+    job = ClaimedJob(7, "q", b"", 0, 2, 25, "tok", None)
+    message = delivery(job, {"properties": {}})
+    assert message["properties"]["delivery_tag"] == "7:tok"
+    assert message["redelivered"] and message["properties"]["delivery_info"]["redelivered"]

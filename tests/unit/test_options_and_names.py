@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from kombu_sqlqueue.envelope import eta_delay
 from kombu_sqlqueue.exceptions import (
     ConfigurationError,
     InvalidQueueName,
@@ -14,7 +15,6 @@ from kombu_sqlqueue.exceptions import (
 )
 from kombu_sqlqueue.options import TransportOptions
 from kombu_sqlqueue.store import parse_store_url, validate_queue_name
-from kombu_sqlqueue.transport import eta_delay
 
 
 def test_defaults() -> None:
