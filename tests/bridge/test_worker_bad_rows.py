@@ -23,9 +23,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from bridge_support import APP_KEY
+from bridge_support import APP_KEY, failed_rows, insert_raw, raw_engine
 
-from kombu_sqlqueue.store import NewJob
 from laravel_bridge import (
     Encrypter,
     HandlerRegistry,
@@ -37,6 +36,10 @@ from laravel_bridge import (
 )
 from laravel_bridge.payload import CALL_QUEUED_HANDLER, MAX_COMMAND_DEPTH, MAX_DELAY_SECONDS
 from laravel_bridge.tables import JobTable, open_table
+
+# The worker installs its own SIGALRM handler (job timeouts), which silences pytest-timeout's
+# signal method: these tests are timed from a thread.
+pytestmark = pytest.mark.timeout(120, method="thread")
 
 GOOD = "App\\Jobs\\Good"
 BAD = "App\\Jobs\\Bad"
@@ -238,70 +241,6 @@ BAD_ROWS = _rows()
 MAX_PAYLOAD = 16_000  # small, so "too large" needs no 16 MiB row
 
 
-def raw_engine(table: JobTable) -> sa.engine.Engine:
-    """A connection pool of its own to the table's database, with the package's driver."""
-    store: Any = table.store  # type: ignore[attr-defined]
-    table.size("default")  # the tables exist from first use on
-    return sa.create_engine(store.url)  # the SQLAlchemy URL the store parsed
-
-
-def insert_raw(table: JobTable, queue: str, raw: bytes, *, blob: bool = False) -> None:
-    """Store ``raw`` as another writer could: raw SQL into Laravel's jobs, or enqueue."""
-    store: Any = table.store  # type: ignore[attr-defined]
-    if table.layout == "askr":
-        store.enqueue(NewJob(queue, raw, max_attempts=255))
-        return
-    now = int(time.time())
-    params = {"queue": queue, "now": now}
-    if blob:
-        value, sql = raw, ":payload"
-    else:
-        try:
-            value, sql = raw.decode("utf-8"), ":payload"
-        except UnicodeDecodeError:  # text that is not UTF-8: only SQLite takes it
-            value, sql = raw, "CAST(:payload AS TEXT)"
-    statement = sa.text(
-        "INSERT INTO jobs (queue, payload, attempts, reserved_at, available_at, created_at) "
-        f"VALUES (:queue, {sql}, 0, NULL, :now, :now)"
-    )
-    engine = raw_engine(table)
-    try:
-        with engine.begin() as conn:
-            conn.execute(statement, {**params, "payload": value})
-    finally:
-        engine.dispose()
-
-
-def failed_rows(table: JobTable) -> list[dict[str, Any]]:
-    """Every failed row: uuid (Laravel's layout), payload as stored (bytes), exception, and
-    SQLite's storage class of the payload."""
-    store: Any = table.store  # type: ignore[attr-defined]
-    if table.layout == "askr":
-        return [
-            {"uuid": None, "payload": d.payload, "exception": d.exception, "kind": "blob"}
-            for d in store.dead_letters(limit=1000)
-        ]
-    engine = raw_engine(table)
-    sqlite = engine.dialect.name == "sqlite"
-    columns = "CAST(payload AS BLOB), typeof(payload)" if sqlite else "payload, 'text'"
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(f"SELECT uuid, {columns}, exception FROM failed_jobs ORDER BY id")
-            ).fetchall()
-    finally:
-        engine.dispose()
-    return [
-        {
-            "uuid": u,
-            "payload": p.encode("utf-8") if isinstance(p, str) else bytes(p),
-            "kind": k,
-            "exception": e,
-        }
-        for u, p, k, e in rows
-    ]
-
-
 def good_registry(ran: list[str]) -> HandlerRegistry:
     registry = HandlerRegistry()
     registry.register(GOOD, lambda job: ran.append(job.uuid))
@@ -310,7 +249,6 @@ def good_registry(ran: list[str]) -> HandlerRegistry:
     return registry
 
 
-@pytest.mark.timeout(120)
 def test_every_bad_row_is_failed_once_as_stored_and_the_good_job_runs(
     table: JobTable, engine_name: str, queue: LaravelQueue
 ) -> None:
@@ -393,7 +331,7 @@ def test_odd_but_valid_numbers_run_and_clamp_instead_of_failing(
     assert again is not None and again.attempts == 2
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
 def test_unknown_jobs_with_unknown_delay_0_do_not_loop(
     table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -416,7 +354,7 @@ def test_unknown_jobs_with_unknown_delay_0_do_not_loop(
     assert json.loads(left.payload)["uuid"] == unknown.uuid
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
 def test_an_unknown_job_met_again_counts_as_an_empty_sweep(
     table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -434,7 +372,7 @@ def test_an_unknown_job_met_again_counts_as_an_empty_sweep(
     assert table.size("default") == 1
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
 def test_a_long_running_worker_releases_an_unknown_job_a_bounded_number_of_times(
     table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -478,7 +416,6 @@ CLI_HANDLERS = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(120)
 def test_laravel_bridge_work_settles_bad_rows_and_stops_when_empty(
     db_url: str, table: JobTable, engine_name: str, tmp_path: Path
 ) -> None:
