@@ -19,6 +19,7 @@ from kombu_sqlqueue.exceptions import SqlQueueError
 
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, load_handlers
+from .payload import MAX_PAYLOAD_BYTES
 from .tables import LAYOUTS, open_table
 from .worker import Worker, WorkerOptions
 
@@ -135,7 +136,13 @@ def main() -> None:
     "--unknown-delay",
     default=60.0,
     show_default=True,
-    help="Seconds before a released unknown job is ready again.",
+    help="Seconds before a released unknown job is ready again (at least 1).",
+)
+@click.option(
+    "--max-payload",
+    default=MAX_PAYLOAD_BYTES,
+    show_default=True,
+    help="Largest payload read, in bytes; a larger row is failed as malformed.",
 )
 @click.option(
     "--create-tables/--no-create-tables",
@@ -166,6 +173,7 @@ def work(
     failed_table: str,
     unknown_jobs: str,
     unknown_delay: float,
+    max_payload: int,
     create_tables: bool,
     verbose: bool,
 ) -> None:
@@ -194,6 +202,7 @@ def work(
         retry_after=retry_after,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
         unknown_delay=unknown_delay,
+        max_payload=max_payload,
     )
     table = open_table(
         url,
