@@ -9,43 +9,22 @@ nothing), and otherwise holds it and writes the burst with one multi-row INSERT 
 ``interval`` seconds later. A persistent message is written after what is held (one queue
 keeps its publish order). What is held is written when the transport closes and when the
 interpreter exits normally; a process killed outright (or leaving by ``os._exit``) loses at
-most that interval's messages, as a broker may lose transient messages.
+most that interval's messages, as a broker may lose transient messages (the exit and fork hooks
+are in ``lifecycle.py``).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import threading
 import time
-import weakref
 from time import monotonic
 
+from . import lifecycle
 from .exceptions import StoreError
 from .store import JobStore, NewJob
 
 logger = logging.getLogger(__name__)
-
-#: Writers that may hold messages, flushed by the exit hook below.
-_WRITERS: weakref.WeakSet[TransientWriter] = weakref.WeakSet()
-
-
-@atexit.register
-def _flush_all_at_exit() -> None:
-    for writer in list(_WRITERS):
-        writer.flush()
-
-
-def _after_fork_in_child() -> None:
-    # The parent's held messages are the parent's to write (a child writing them too would
-    # duplicate them), and its locks may have been held by a thread that does not exist here.
-    for writer in list(_WRITERS):
-        writer._reset()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class TransientWriter:
     """Writes transient messages: at once when sporadic, in batches when in bursts."""
@@ -54,7 +33,13 @@ class TransientWriter:
         self.store = store
         self.interval = interval
         self._reset()
-        _WRITERS.add(self)
+        lifecycle.track_writer(self)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's held messages are the parent's to write (a child
+        writing them too would duplicate them), and its locks may have been held by a
+        thread that does not exist here."""
+        self._reset()
 
     def _reset(self) -> None:
         self._pending: list[NewJob] = []
@@ -135,4 +120,4 @@ class TransientWriter:
             self._stopped = True
         self._wake.set()
         self.flush()
-        _WRITERS.discard(self)
+        lifecycle.untrack_writer(self)

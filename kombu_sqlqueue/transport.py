@@ -35,10 +35,7 @@ This module holds no SQL: it turns Kombu calls into job-store calls.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import weakref
 from collections import deque
 from collections.abc import Callable
 from queue import Empty
@@ -49,6 +46,7 @@ import sqlalchemy
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
+from . import lifecycle
 from ._version import __version__
 from .envelope import delivery, eta_delay, is_transient, new_job, read_message
 from .exceptions import (
@@ -69,26 +67,6 @@ logger = logging.getLogger(__name__)
 
 #: Bound on the (exchange, routing key) pairs remembered as routed nowhere.
 MAX_REMEMBERED_MISSES = 1024
-
-
-#: Channels holding auto_delete queues, for the exit hook below.
-_AUTO_DELETE_HOLDERS: weakref.WeakSet[Channel] = weakref.WeakSet()
-
-
-# A forked child (a web server's worker) must not delete its parent's queues when it exits.
-os.register_at_fork(after_in_child=_AUTO_DELETE_HOLDERS.clear)
-
-
-@atexit.register
-def _delete_auto_delete_queues_at_exit() -> None:
-    """Delete this process's auto_delete queues when it exits without closing its channels.
-
-    A broker deletes them when the connection drops; here nothing notices a process going,
-    so a monitor that exits with its event receiver still running in a daemon thread (Flower
-    on SIGTERM) would leave its queue, still bound and filling, until its x-expires lapses.
-    """
-    for channel in list(_AUTO_DELETE_HOLDERS):
-        channel.delete_auto_delete_queues()
 
 
 class Channel(virtual.Channel):
@@ -349,7 +327,7 @@ class Channel(virtual.Channel):
             except StoreError as exc:
                 logger.warning("could not delete auto_delete queue %r: %s", queue, exc)
         self._auto_delete.clear()
-        _AUTO_DELETE_HOLDERS.discard(self)
+        lifecycle.untrack_auto_delete(self)
 
     # -- exchanges and bindings: stored in askr_bindings, so every process routes alike --
 
@@ -493,7 +471,7 @@ class Channel(virtual.Channel):
         validate_queue_name(queue)
         if kwargs.get("auto_delete") or kwargs.get("exclusive"):
             self._auto_delete.add(queue)
-            _AUTO_DELETE_HOLDERS.add(self)
+            lifecycle.track_auto_delete(self)
         arguments = kwargs.get("arguments") or {}
         expires_ms, ttl_ms = arguments.get("x-expires"), arguments.get("x-message-ttl")
         expires = float(expires_ms) / 1000.0 if expires_ms else None
