@@ -220,8 +220,10 @@ def test_tampering_and_wrong_keys_are_named_errors() -> None:
         ("[1, 2]", "not an object"),
         ('{"uuid": "x"}', "no 'job'"),
         ('{"job": "X", "data": {"command": "O:broken"}}', "not PHP-serialized"),
-        ('{"job": "X", "data": {"command": "s:1:\\"x\\";"}}', "encrypted"),
-        ('{"job": "X", "data": {"command": "i:5;"}}', "encrypted"),
+        # PHP data but no object: said so, not taken for an encrypted string (issue 11)
+        ('{"job": "X", "data": {"command": "s:1:\\"x\\";"}}', "a str, not a PHP object"),
+        ('{"job": "X", "data": {"command": "i:5;"}}', "a int, not a PHP object"),
+        ('{"job": "X", "data": {"command": "i:5"}}', "neither PHP serialize"),
         ('{"job": "X", "backoff": "a,b"}', "bad backoff"),
     ],
 )
