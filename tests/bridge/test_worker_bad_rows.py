@@ -466,3 +466,20 @@ def test_a_second_worker_after_a_crash_free_run_finds_nothing_left(
         assert len(failed_rows(table)) == len(rows)
     finally:
         table.close()
+
+
+def test_a_failure_reason_any_column_can_hold(table: JobTable, queue: LaravelQueue) -> None:
+    """A handler's message with NUL (PostgreSQL's text refuses it) or of 200 KB (MySQL's TEXT
+    holds 64 KiB, askr_failed_jobs.exception is TEXT) fails the job, not the worker."""
+
+    def shout(job: Job) -> None:
+        raise RuntimeError("nul \x00 here, lone \udcff, and " + "é" * 100_000)
+
+    registry = HandlerRegistry()
+    registry.register(GOOD, shout)
+    queue.dispatch(GOOD, {})
+    Worker(table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=registry).run()
+    (row,) = failed_rows(table)
+    assert row["exception"].startswith("RuntimeError: nul \\x00 here, lone \\udcff, and éé")
+    if table.layout == "askr":
+        assert row["exception"].endswith("(cut to fit the failed table's column)")
