@@ -200,12 +200,15 @@ def exception_text(exc: BaseException) -> str:
         if kind.__module__ == "builtins"
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
-    try:
-        message = str(exc)
-    except Exception:  # an exception whose __str__ raises
-        message = "<the exception's message could not be read>"
     trace = "".join(traceback.format_exception(exc)).rstrip()
-    return storable_text(f"{name}: {message}\n\n{trace}")
+    return storable_text(f"{name}: {_message(exc)}\n\n{trace}")
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ raises
+        return "<the exception's message could not be read>"
 
 
 def storable_text(text: str) -> str:
@@ -450,8 +453,8 @@ class Worker:
         except Exception as exc:  # a row this code failed to foresee: settle it all the same
             logger.exception("reading job %s raised; it goes to the failed table", job.id)
             reason = MalformedJob(
-                f"the worker could not read the job: {type(exc).__name__}: {exc} "
-                "(unforeseen; please report it to laravel_bridge)"
+                f"the worker could not read the job: {type(exc).__name__}: "
+                f"{_message(exc)[:1000]} (unforeseen; please report it to laravel_bridge)"
             )
             reason.__cause__ = exc
             self._fail_malformed(job, reason)

@@ -35,7 +35,7 @@ from laravel_bridge import (
     WorkerOptions,
 )
 from laravel_bridge.payload import CALL_QUEUED_HANDLER, MAX_COMMAND_DEPTH, MAX_DELAY_SECONDS
-from laravel_bridge.tables import JobTable, open_table
+from laravel_bridge.tables import JobTable, ReservedJob, open_table
 
 # The worker installs its own SIGALRM handler (job timeouts), which silences pytest-timeout's
 # signal method: these tests are timed from a thread.
@@ -483,3 +483,30 @@ def test_a_failure_reason_any_column_can_hold(table: JobTable, queue: LaravelQue
     assert row["exception"].startswith("RuntimeError: nul \\x00 here, lone \\udcff, and éé")
     if table.layout == "askr":
         assert row["exception"].endswith("(cut to fit the failed table's column)")
+
+
+def test_the_safety_net_settles_a_row_the_reader_did_not_foresee(
+    table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should reading a row raise anything unforeseen (a bug), the row is still failed once,
+    as stored, and the worker goes on. (A reader with a bug stands in for such a row.)"""
+
+    class Unprintable(KeyError):
+        def __str__(self) -> str:
+            raise RuntimeError("no message either")
+
+    class BuggyWorker(Worker):
+        def _parse(self, job: ReservedJob) -> Any:
+            raise Unprintable("x")
+
+    first = queue.dispatch(GOOD, {"n": 1})
+    queue.dispatch(GOOD, {"n": 2})
+    BuggyWorker(table, WorkerOptions(stop_when_empty=True, sleep=0)).run()
+    rows = failed_rows(table)
+    assert len(rows) == 2 and table.size("default") == 0
+    assert (
+        "the worker could not read the job: Unprintable: <the exception's message"
+        in (rows[0]["exception"])
+    )
+    assert json.loads(rows[0]["payload"])["uuid"] == first.uuid
+    assert "reading job" in caplog.text  # logged with its traceback
