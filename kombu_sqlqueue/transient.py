@@ -26,6 +26,7 @@ from .store import JobStore, NewJob
 
 logger = logging.getLogger(__name__)
 
+
 class TransientWriter:
     """Writes transient messages: at once when sporadic, in batches when in bursts."""
 

@@ -59,14 +59,12 @@ from .exceptions import (
 from .expiry import QueueKeeper
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
+from .routing import RoutingCache
 from .store import ClaimedJob, JobStore, NewJob
 from .store.names import validate_queue_name
 from .transient import TransientWriter
 
 logger = logging.getLogger(__name__)
-
-#: Bound on the (exchange, routing key) pairs remembered as routed nowhere.
-MAX_REMEMBERED_MISSES = 1024
 
 
 class Channel(virtual.Channel):
@@ -80,16 +78,10 @@ class Channel(virtual.Channel):
         self.store: JobStore = connection.store
         self.options: TransportOptions = connection.options
         self._noack_queues: set[str] = set()
-        #: exchange -> (monotonic time read, routing table) from askr_bindings.
-        self._tables: dict[str, tuple[float, list[Any]]] = {}
-        #: exchange -> type, for exchanges this process never declared.
-        self._stored_types: dict[str, str] = {}
-        #: (exchange, routing key) -> monotonic time a fresh read found no bound queue.
-        self._misses: dict[tuple[str, str], float] = {}
+        #: What this channel remembers of askr_bindings.
+        self.routes = RoutingCache(self.options.bindings_cache_seconds)
         #: no_ack queue -> messages claimed (and so settled) but not yet delivered.
         self._noack_buffer: dict[str, deque[dict[str, Any]]] = {}
-        #: queue -> its x-message-ttl in seconds, as declared here or read with bindings.
-        self._message_ttls: dict[str, float] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
         #: The redelivered message delivered alone, until it is settled.
@@ -104,7 +96,7 @@ class Channel(virtual.Channel):
             queue,
             message,
             max_attempts=self.options.for_queue(queue).max_attempts,
-            queue_ttl=self._message_ttls.get(queue),
+            queue_ttl=self.routes.message_ttl(queue),
             priority_order=self.options.priority_order,
         )
 
@@ -367,48 +359,36 @@ class Channel(virtual.Channel):
             self._forget_table(exchange)
         self.state.queue_bindings_delete(queue)
         self.connection.queue_keeper.forget(queue)
-        self._message_ttls.pop(queue, None)
+        self.routes.set_message_ttl(queue, None)
         self.store.drop_queue(queue)  # its jobs, bindings and lifetime, at once
         return None
 
     def _forget_table(self, exchange: str) -> None:
-        self._tables.pop(exchange, None)
-        for key in [k for k in self._misses if k[0] == exchange]:
-            del self._misses[key]
+        self.routes.forget(exchange)
 
     def get_table(self, exchange: str) -> list[Any]:
         """The routing table of ``exchange`` from askr_bindings (cached for a moment)."""
         now = monotonic()
-        cached = self._tables.get(exchange)
-        if cached is not None and now - cached[0] < self.options.bindings_cache_seconds:
-            return cached[1]
+        table = self.routes.fresh_table(exchange, now)
+        if table is not None:
+            return table
         routes = self.store.routes(exchange)
         declared = self.state.exchanges.get(exchange)
-        if declared:
-            type_name = declared["type"]
-        else:
-            type_name = (
-                routes[0].exchange_type if routes else self._stored_types.get(exchange, "direct")
-            )
-            self._stored_types[exchange] = type_name
-        for route in routes:
-            # As stored now: a queue declared again without a TTL loses the one read before.
-            if route.message_ttl is None:
-                self._message_ttls.pop(route.queue, None)
-            else:
-                self._message_ttls[route.queue] = route.message_ttl
+        type_name = self.routes.learn(exchange, routes, declared["type"] if declared else None)
         kind: Any = self.exchange_types[type_name]  # an instance per channel at run time
         table = [kind.prepare_bind(r.queue, exchange, r.routing_key, None) for r in routes]
-        self._tables[exchange] = (now, table)
+        self.routes.keep(exchange, now, table)
         return table
 
     def typeof(self, exchange: str, default: str = "direct") -> Any:
         declared = self.state.exchanges.get(exchange)
         if declared:
             return self.exchange_types[declared["type"]]
-        if exchange and exchange not in self._stored_types:
+        stored = self.routes.stored_type(exchange)
+        if exchange and stored is None:
             self.get_table(exchange)  # learns the type other processes declared
-        return self.exchange_types[self._stored_types.get(exchange, default)]
+            stored = self.routes.stored_type(exchange)
+        return self.exchange_types[stored or default]
 
     # Fanout goes through Kombu's "shared table" hooks: the table is askr_bindings.
     supports_fanout = True
@@ -426,28 +406,25 @@ class Channel(virtual.Channel):
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         started = monotonic()
         queues: list[str] = super()._lookup(exchange, routing_key, default)
-        if queues or not exchange or exchange not in self._tables:
+        read_at = self.routes.read_at(exchange) if exchange else None
+        if queues or read_at is None:
             return queues
-        key = (exchange, routing_key)
-        if self._tables[exchange][0] < started:
-            missed = self._misses.get(key)
-            if missed is not None and started - missed < self.options.bindings_cache_seconds:
+        if read_at < started:
+            if self.routes.missed_recently(exchange, routing_key, started):
                 # A fresh read found nothing bound a moment ago (events with no monitor):
                 # routed nowhere without a SELECT per publish.
                 return queues
             # A binding made since the table was read (a reply queue bound a moment ago):
             # read it again before deciding nothing is bound.
-            del self._tables[exchange]
+            self.routes.drop_table(exchange)
             queues = super()._lookup(exchange, routing_key, default)
             if queues:
-                self._misses.pop(key, None)
+                self.routes.forget_miss(exchange, routing_key)
                 return queues
         # Only topic and fanout misses are remembered: a direct miss is most often a reply
         # whose client is binding its reply queue again for its next call right now.
         if self.typeof(exchange).type != "direct":
-            if len(self._misses) >= MAX_REMEMBERED_MISSES:
-                self._misses.clear()  # unique routing keys must not grow this without bound
-            self._misses[key] = monotonic()
+            self.routes.remember_miss(exchange, routing_key, monotonic())
         return queues
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
@@ -476,10 +453,7 @@ class Channel(virtual.Channel):
         expires_ms, ttl_ms = arguments.get("x-expires"), arguments.get("x-message-ttl")
         expires = float(expires_ms) / 1000.0 if expires_ms else None
         ttl = float(ttl_ms) / 1000.0 if ttl_ms is not None else None
-        if ttl is None:
-            self._message_ttls.pop(queue, None)
-        else:
-            self._message_ttls[queue] = ttl
+        self.routes.set_message_ttl(queue, ttl)
         if expires is None and ttl is None:
             return
         # Recorded so that other processes stamp their messages to it with its TTL, and
