@@ -13,6 +13,10 @@ from __future__ import annotations
 #: deep call stack such as Celery's worker); no real message comes near this.
 MAX_JSON_DEPTH = 200
 
+#: The longest reason a dead letter keeps, in bytes of UTF-8: ``askr_failed_jobs.exception``
+#: is contract v1's TEXT, which MySQL/MariaDB cap at 65,535 bytes (an error in strict mode).
+MAX_REASON_BYTES = 65_000
+
 _OPEN = frozenset(b"[{")
 _CLOSE = frozenset(b"]}")
 _QUOTE = ord('"')
@@ -51,4 +55,14 @@ def json_depth_exceeds(data: bytes | str, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-__all__ = ["MAX_JSON_DEPTH", "json_depth_exceeds"]
+def fit_utf8(text: str, limit: int = MAX_REASON_BYTES) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, on a character boundary, marked."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text
+    mark = "\n… (cut to fit the failed table's column)"
+    room = limit - len(mark.encode("utf-8"))
+    return raw[:room].decode("utf-8", "ignore") + mark
+
+
+__all__ = ["MAX_JSON_DEPTH", "MAX_REASON_BYTES", "fit_utf8", "json_depth_exceeds"]

@@ -253,10 +253,9 @@ class AskrLayout(_CounterMixin):
         return self.store.release(_receipt(job), delay)
 
     def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
-        # askr_failed_jobs has no connection column; its uuid is the row's own. Its
-        # exception column is contract v1's TEXT, which MySQL/MariaDB cap at 64 KiB (an
-        # error in strict mode): a longer reason — a handler's huge message — is cut.
-        return self.store.dead_letter(_receipt(job), _fit(exception, ASKR_EXCEPTION_BYTES))
+        # askr_failed_jobs has no connection column; its uuid is the row's own. The store
+        # cuts a reason longer than its exception column holds.
+        return self.store.dead_letter(_receipt(job), exception)
 
     def size(self, queue: str) -> int:
         return self.store.size(queue)
@@ -267,20 +266,6 @@ class AskrLayout(_CounterMixin):
     def close(self) -> None:
         self.store.close()
         self._close_counter()
-
-
-#: The longest reason written to ``askr_failed_jobs.exception`` (MySQL's TEXT: 65,535 bytes).
-ASKR_EXCEPTION_BYTES = 65_000
-
-
-def _fit(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` bytes of UTF-8, on a character boundary, marked."""
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) <= limit:
-        return text
-    mark = "\n… (cut to fit the failed table's column)"
-    room = limit - len(mark.encode("utf-8"))
-    return raw[:room].decode("utf-8", "ignore") + mark
 
 
 def _row(job: ReservedJob) -> LaravelRow:

@@ -34,6 +34,7 @@ from ..exceptions import (
     MessageTooLarge,
     SchemaMismatch,
 )
+from ..limits import fit_utf8
 from .engines import ENGINES, BaseEngine
 from .engines.base import Listener
 from .engines.postgresql import SYNCHRONOUS_COMMIT_MODES
@@ -525,7 +526,7 @@ class JobStore:
         params = {
             "id": receipt.job_id,
             "token": receipt.token,
-            "exception": reason,
+            "exception": fit_utf8(reason),  # a handler's huge message must not fail the move
             "now": now,
             "uncounted": uncounted,
         }

@@ -279,3 +279,12 @@ def test_a_delivery_names_its_row_and_reservation() -> None:
     message = delivery(job, {"properties": {}})
     assert message["properties"]["delivery_tag"] == "7:tok"
     assert message["redelivered"] and message["properties"]["delivery_info"]["redelivered"]
+
+
+def test_a_reason_is_cut_to_the_failed_tables_column_on_a_character_boundary() -> None:
+    from kombu_sqlqueue.limits import fit_utf8
+
+    assert fit_utf8("short", 100) == "short"
+    cut = fit_utf8("é" * 100, 61)
+    assert len(cut.encode()) <= 61 and cut.endswith("(cut to fit the failed table's column)")
+    assert cut.startswith("é") and "\ufffd" not in cut
