@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any, Literal
 
-from kombu_sqlqueue.exceptions import SqlQueueError
+from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
 
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError, PayloadError
@@ -521,7 +521,14 @@ class Worker:
         except Exception as exc:  # a chain link that cannot be dispatched: this job's failure
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
-        if self._settled(self._settle_done(job, then), "delete", job, parsed):
+        try:
+            done = self._settle_done(job, then)
+        except MessageTooLarge as exc:
+            # The chain's next job is larger than the database takes: nothing was written,
+            # and no retry makes it fit. The finished job fails with the reason.
+            self._fail(job, parsed, exc, handler)
+            return
+        if self._settled(done, "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)

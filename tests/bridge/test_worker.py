@@ -490,3 +490,18 @@ def test_a_chain_link_that_does_not_decode_fails_the_job_not_the_worker(
     assert ran == ["A"]
     (row,) = failed(queue.table)
     assert "the command is not PHP-serialized data" in row["exception"]
+
+
+@pytest.mark.parametrize("layout", ["askr"])
+def test_a_chain_successor_too_large_for_the_database_fails_the_job_not_the_worker(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
+) -> None:
+    ran: list[str] = []
+    registry.register("App\\Jobs\\A", lambda j: ran.append("A"))
+    queue.dispatch("App\\Jobs\\A", {}, chain=[("App\\Jobs\\B", {"blob": "x" * 5000})])
+    store: Any = queue.table.store  # type: ignore[attr-defined]
+    store.engine.max_payload_bytes = 2000  # as a server whose max_allowed_packet is tiny
+    make_worker(queue.table, registry, clock).run()
+    assert ran == ["A"] and queue.size("default") == 0
+    (row,) = failed(queue.table)
+    assert "MessageTooLarge" in row["exception"] and "2,000 bytes" in row["exception"]
