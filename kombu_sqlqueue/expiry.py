@@ -95,6 +95,10 @@ class QueueKeeper:
             self._wake.wait(self.period())
             self._wake.clear()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop; wait up to ``wait`` seconds for a round under way (see Renewer.stop)."""
         self._stop.set()
         self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(wait)

@@ -184,6 +184,10 @@ class Executor:
         #: SQL text derived from compiled statements (multi-row VALUES), by key.
         self.text_cache: dict[Hashable, str] = {}
         self._idle: list[tuple[Any, Any]] = []
+        #: close() starts a new generation; a connection of an older one is not pooled again.
+        self._generation = 0
+        #: id of each open DBAPI connection -> the generation it was opened in.
+        self._born: dict[int, int] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
         # Connections inherited over fork are never used, nor closed, by the child.
@@ -215,17 +219,35 @@ class Executor:
                 self.db.dispose(close=False)
             if self._idle:
                 return self._idle.pop()
+            generation = self._generation
         fairy = self.db.raw_connection()
         self.engine.prepare_connection(fairy)
+        self._born[id(fairy)] = generation
         return fairy, fairy.cursor()
 
     def _checkin(self, conn: tuple[Any, Any]) -> None:
         with self._lock:
-            if self._pid == os.getpid():
+            if self._pid != os.getpid():
+                return
+            if self._born.get(id(conn[0])) == self._generation:
                 self._idle.append(conn)
+                return
+        # Checked out before close() (a renewal thread mid-transaction while the transport
+        # closed): close it now, or it would be left open, pooled by nobody.
+        self._close_connection(conn)
+
+    def _close_connection(self, conn: tuple[Any, Any]) -> None:
+        fairy, cursor = conn
+        self._born.pop(id(fairy), None)
+        try:
+            cursor.close()
+            fairy.close()
+        except Exception:
+            logger.debug("closing a connection failed", exc_info=True)
 
     def _discard(self, conn: tuple[Any, Any]) -> None:
         fairy, _cursor = conn
+        self._born.pop(id(fairy), None)
         try:
             fairy.invalidate()
         except Exception:  # already broken; nothing more to release
@@ -368,13 +390,11 @@ class Executor:
             logger.debug("rollback failed", exc_info=True)
 
     def close(self) -> None:
-        """Close idle connections and the pool."""
+        """Close idle connections and the pool; connections in use are closed when they
+        come back. The executor stays usable (a later transaction opens a new one)."""
         with self._lock:
             idle, self._idle = self._idle, []
-        for fairy, cursor in idle:
-            try:
-                cursor.close()
-                fairy.close()
-            except Exception:
-                logger.debug("closing a connection failed", exc_info=True)
+            self._generation += 1
+        for conn in idle:
+            self._close_connection(conn)
         self.db.dispose()

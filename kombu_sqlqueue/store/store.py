@@ -509,13 +509,14 @@ class JobStore:
         if not receipts:
             return set()
         tokens = sorted({r.token for r in receipts})
+        ids = sorted({r.job_id for r in receipts})
         until = self._deadline(self.clock(), visibility)
 
         def work(tx: Tx) -> set[Receipt]:
-            renew = self.q.job_renew.bindparams(until=until, tokens=tokens)
+            renew = self.q.job_renew.bindparams(until=until, tokens=tokens, ids=ids)
             if tx.execute_bound(renew).rowcount == len(receipts):
                 return set(receipts)
-            held = tx.execute_bound(self.q.job_held.bindparams(tokens=tokens)).fetchall()
+            held = tx.execute_bound(self.q.job_held.bindparams(tokens=tokens, ids=ids)).fetchall()
             return {Receipt(int(job_id), token) for job_id, token in held} & set(receipts)
 
         return self._run(work)

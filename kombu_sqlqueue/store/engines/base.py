@@ -91,12 +91,15 @@ class Queries:
          WHERE id = :id AND reserved_token = :token
         """
     )
+    # By id and token: one claim's token covers its whole batch, and a row of it this
+    # process no longer holds (handed back, or dropped to lapse) must not be kept alive.
     job_renew = sa.text(
-        "UPDATE askr_jobs SET reserved_until = :until WHERE reserved_token IN :tokens"
-    ).bindparams(sa.bindparam("tokens", expanding=True))
+        "UPDATE askr_jobs SET reserved_until = :until"
+        " WHERE reserved_token IN :tokens AND id IN :ids"
+    ).bindparams(sa.bindparam("tokens", expanding=True), sa.bindparam("ids", expanding=True))
     job_held = sa.text(
-        "SELECT id, reserved_token FROM askr_jobs WHERE reserved_token IN :tokens"
-    ).bindparams(sa.bindparam("tokens", expanding=True))
+        "SELECT id, reserved_token FROM askr_jobs WHERE reserved_token IN :tokens AND id IN :ids"
+    ).bindparams(sa.bindparam("tokens", expanding=True), sa.bindparam("ids", expanding=True))
     # :uncounted is 1 when the claim that refused the job already counted an
     # attempt that never ran, so the dead letter records deliveries made.
     job_dead_letter_copy = sa.text(
