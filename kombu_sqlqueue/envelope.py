@@ -31,7 +31,7 @@ from kombu.utils.json import loads as kombu_json_loads
 
 from .exceptions import MalformedMessage, PayloadLimitExceeded
 from .limits import MAX_JSON_DEPTH, json_depth_exceeds
-from .store import ClaimedJob, NewJob
+from .store import ClaimedJob, NewJob, Receipt
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +125,27 @@ def is_transient(message: dict[str, Any]) -> bool:
 # -- reading -------------------------------------------------------------------------
 
 
+def delivery_tag(receipt: Receipt) -> str:
+    """The Kombu delivery tag of one delivery: its row id and reservation token."""
+    return f"{receipt.job_id}:{receipt.token}"
+
+
+def receipt_of(tag: str) -> Receipt:
+    """The receipt a :func:`delivery_tag` names."""
+    job_id, _, token = tag.partition(":")
+    return Receipt(int(job_id), token)
+
+
 def delivery(job: ClaimedJob, message: dict[str, Any]) -> dict[str, Any]:
     """``message`` (read from ``job`` by :func:`read_message`) as a delivery: its tag names
     the row and its reservation; ``redelivered`` when an earlier delivery may have run."""
     properties = message["properties"]
-    properties["delivery_tag"] = f"{job.id}:{job.token}"
+    properties["delivery_tag"] = delivery_tag(job.receipt)
     redelivered = job.attempts > 1
-    properties.setdefault("delivery_info", {})["redelivered"] = redelivered
+    info = properties.get("delivery_info")
+    if not isinstance(info, dict):  # null or absent: Kombu reads either as {}
+        info = properties["delivery_info"] = {}
+    info["redelivered"] = redelivered
     message["redelivered"] = redelivered
     return message
 
@@ -296,11 +310,13 @@ __all__ = [
     "MAX_PRIORITY",
     "TRANSIENT",
     "delivery",
+    "delivery_tag",
     "eta_delay",
     "is_transient",
     "new_job",
     "parse_json",
     "read_message",
+    "receipt_of",
     "stored_priority",
     "time_to_live",
 ]

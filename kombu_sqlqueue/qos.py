@@ -107,13 +107,19 @@ class Renewer:
             )
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop renewing; wait up to ``wait`` seconds for a round under way, so that it
+        does not open a connection of a store being closed."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(wait)
 
     def renew_once(self) -> set[str]:
         """Renew every held reservation now; return the tags that were lost."""
         started = monotonic()
-        held = self.held.snapshot()
+        # Those known lost already are neither renewed nor reported again.
+        held = {t: h for t, h in self.held.snapshot().items() if not self.held.is_lost(t)}
         if not held:
             self.held.confirmed_at = started
             return set()

@@ -48,10 +48,17 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from . import lifecycle
 from ._version import __version__
-from .envelope import delivery, eta_delay, is_transient, new_job, read_message
+from .envelope import (
+    delivery,
+    delivery_tag,
+    eta_delay,
+    is_transient,
+    new_job,
+    read_message,
+    receipt_of,
+)
 from .exceptions import (
     MalformedMessage,
-    MessageTooLarge,
     StoreConditionError,
     StoreConnectionError,
     StoreError,
@@ -60,7 +67,7 @@ from .expiry import QueueKeeper
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
 from .routing import RoutingCache
-from .store import ClaimedJob, JobStore, NewJob
+from .store import ClaimedJob, JobStore, NewJob, Receipt
 from .store.names import validate_queue_name
 from .transient import TransientWriter
 
@@ -88,6 +95,10 @@ class Channel(virtual.Channel):
         self._suspect: str | None = None
         #: A redelivered message waits until this channel holds nothing else.
         self._suspect_waiting = False
+        #: Until when (time.monotonic) claims pause for the redelivered message.
+        self._isolation_until: float | None = None
+        #: The pause ran out: claim as usual until this channel holds nothing.
+        self._isolation_spent = False
 
     # -- publishing -------------------------------------------------------------------
 
@@ -123,55 +134,61 @@ class Channel(virtual.Channel):
     # -- consuming --------------------------------------------------------------------
 
     def _decode(self, job: ClaimedJob) -> dict[str, Any] | None:
-        """The Kombu message in ``job``, or None after dead-lettering an unreadable row."""
+        """The delivery of ``job``, or None after dead-lettering an unreadable row."""
         try:
-            message = read_message(job.payload, self.codecs)
+            return delivery(job, read_message(job.payload, self.codecs))
         except MalformedMessage as exc:
-            self._dead_letter_unreadable(job, str(exc))
-            return None
+            why = str(exc)
         except Exception as exc:  # a check that itself failed: still the row's fault
-            self._dead_letter_unreadable(job, f"{type(exc).__name__}: {exc}")
-            return None
-        return delivery(job, message)
-
-    def _dead_letter_unreadable(self, job: ClaimedJob, why: str) -> None:
+            why = f"{type(exc).__name__}: {exc}"
         reason = f"malformed stored message: {why}"
         logger.error("job %d on queue %r: %s; moved to askr_failed_jobs", job.id, job.queue, reason)
         self.store.dead_letter(job.receipt, reason)
+        return None
 
-    def _claim(self, queue: str, n: int) -> list[dict[str, Any]]:
+    def _claim(self, queue: str, n: int, *, isolate: bool = False) -> list[dict[str, Any]]:
+        """Claim up to ``n`` jobs of ``queue`` and read them; unreadable rows are dead-lettered.
+
+        A storage condition (full disk, read-only database) claims nothing: it is reported
+        once and the consumer polls on. If anything fails half-way, what was claimed and
+        not settled is handed back, so no row stays reserved by this process for nothing.
+        """
+        if n <= 0:
+            return []
         limit = self.options.for_queue(queue).max_attempts
-        jobs = self.store.claim(queue, n, self.options.visibility_timeout, limit).jobs
-        messages = []
+        try:
+            jobs = self.store.claim(queue, n, self.options.visibility_timeout, limit).jobs
+        except StoreConditionError as exc:
+            self.connection.report_condition(exc)
+            return []
+        self.connection.condition_cleared()
         noack = queue in self._noack_queues
-        received = []
-        for job in jobs:
-            message = self._decode(job)
-            if message is None:
-                continue
-            if noack:
-                received.append(job.receipt)
-            else:
-                self.connection.held.add(
-                    message["properties"]["delivery_tag"], Held(job.receipt, queue, job.attempts)
-                )
-            messages.append(message)
-        if received:
-            # no_ack consumers (Celery's pidbox, events) settle on receipt: one statement.
-            self.store.ack_many(received)
+        held = self.connection.held
+        messages: list[dict[str, Any]] = []
+        try:
+            if isolate:
+                jobs = self._isolate_redelivered(jobs)
+            for job in jobs:
+                if not noack:  # held first: a failure below hands it back
+                    held.add(delivery_tag(job.receipt), Held(job.receipt, queue, job.attempts))
+                message = self._decode(job)
+                if message is None:
+                    held.pop(delivery_tag(job.receipt))
+                else:
+                    messages.append(message)
+            if noack and messages:
+                # no_ack consumers (Celery's pidbox, events) settle on receipt: one statement.
+                self.store.ack_many([receipt_of(m["properties"]["delivery_tag"]) for m in messages])
+        except BaseException:
+            self._hand_back([job.receipt for job in jobs])
+            raise
         if messages and not noack:
             self.connection.renewer.ensure_started()
         return messages
 
     def _batch_size(self) -> int:
-        if self._suspect is not None:
-            if self._suspect in self.connection.held:
-                return 0  # a redelivered message runs alone (see _isolate_redelivered)
-            self._suspect = None
-        if self._suspect_waiting:
-            if self._holds_deliveries():
-                return 0
-            self._suspect_waiting = False
+        if self._isolating():
+            return 0
         room = self.qos.can_consume_max_estimate()
         limit = self.options.claim_batch_size
         return limit if room is None else max(0, min(room, limit))
@@ -204,26 +221,47 @@ class Channel(virtual.Channel):
                 raise Empty()
             callback(buffered.popleft(), queue)
             return
-        messages = self._isolate_redelivered(self._claim(queue, self._batch_size()))
+        messages = self._claim(queue, self._batch_size(), isolate=True)
         if not messages:
             raise Empty()
         self._deliver_batch(queue, messages, callback)
 
-    def _isolate_redelivered(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A redelivered message — its last holder died or gave it back — is delivered
-        alone, while this channel holds nothing else, and nothing more is claimed until
-        it is settled: if it kills its consumer again, no innocent message pays an
-        attempt for it. The others of the batch go back, their attempts refunded."""
-        first = next((m for m in messages if m.get("redelivered")), None)
+    # A redelivered message — its last holder died, or gave it back — is delivered alone:
+    # if it kills its consumer again, no innocent message pays an attempt for it. Alone
+    # means: taken only when the channel holds nothing else, and nothing more is claimed
+    # while it is held — each for at most visibility_timeout, so a consumer that needs a
+    # second message before it settles the first (an aggregator) is slowed, never stuck.
+
+    def _isolate_redelivered(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        """The jobs to deliver of a claim; the others are handed back, attempts refunded."""
+        if self._isolation_spent:
+            if self._holds_deliveries():
+                return jobs
+            self._isolation_spent = False
+        first = next((job for job in jobs if job.attempts > 1), None)
         if first is None:
-            return messages
+            return jobs
+        self._isolation_until = monotonic() + self.options.visibility_timeout
         if self._holds_deliveries():
-            self._suspect_waiting = True  # claim again once what we hold is settled
-            self._hand_back(messages)
+            self._suspect_waiting = True  # claim it again once what we hold is settled
+            self._hand_back([job.receipt for job in jobs])
             return []
-        self._hand_back([m for m in messages if m is not first])
-        self._suspect = first["properties"]["delivery_tag"]
+        self._hand_back([job.receipt for job in jobs if job is not first])
+        self._suspect = delivery_tag(first.receipt)
         return [first]
+
+    def _isolating(self) -> bool:
+        """True while claims pause for a redelivered message (see above)."""
+        if self._isolation_until is None:
+            return False
+        suspect_held = self._suspect is not None and self._suspect in self.connection.held
+        waiting = self._suspect_waiting and self._holds_deliveries()
+        if (suspect_held or waiting) and monotonic() < self._isolation_until:
+            return True
+        if suspect_held or waiting:  # past the bound: claim as usual until we hold nothing
+            self._isolation_spent = True
+        self._suspect, self._suspect_waiting, self._isolation_until = None, False, None
+        return False
 
     def _deliver_batch(
         self, queue: str, messages: list[dict[str, Any]], callback: Callable[[Any, str], Any]
@@ -236,14 +274,18 @@ class Channel(virtual.Channel):
         it — claimed, never handed over — go back with their attempts refunded, and the
         error goes on up.
         """
-        for index, message in enumerate(messages):
-            tag = message["properties"]["delivery_tag"]
-            if not self._still_ours(tag):
-                continue
+        tags = [m["properties"]["delivery_tag"] for m in messages]
+        for index, (tag, message) in enumerate(zip(tags, messages, strict=True)):
+            try:
+                if not self._still_ours(tag):
+                    continue
+            except BaseException:
+                self._hand_back([receipt_of(t) for t in tags[index:]])
+                raise
             try:
                 callback(message, queue)
             except BaseException as exc:
-                self._hand_back(messages[index + 1 :])
+                self._hand_back([receipt_of(t) for t in tags[index + 1 :]])
                 if isinstance(exc, Exception) and tag in self.connection.held:
                     logger.error(
                         "the consumer raised on delivery %s of queue %r (%s: %s); "
@@ -281,12 +323,25 @@ class Channel(virtual.Channel):
             return False
         return True
 
-    def _hand_back(self, messages: list[dict[str, Any]]) -> None:
-        """Return claimed messages never handed to the consumer: ready now, attempt refunded."""
-        for message in messages:
-            held = self.connection.held.pop(message["properties"]["delivery_tag"])
-            if held is not None:
-                self.store.return_job(held.receipt)
+    def _hand_back(self, receipts: list[Receipt]) -> None:
+        """Return claimed messages never handed to the consumer: ready now, attempt refunded.
+
+        Best effort: they leave this process's held set first (so nobody renews them), and
+        if the database refuses the return they come back when their reservation lapses.
+        """
+        held = self.connection.held
+        for receipt in receipts:
+            held.pop(delivery_tag(receipt))
+        for receipt in receipts:
+            try:
+                self.store.return_job(receipt)
+            except StoreError as exc:
+                logger.warning(
+                    "could not hand back claimed messages (%s); they come back when their "
+                    "reservation lapses",
+                    exc,
+                )
+                return
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
@@ -549,18 +604,9 @@ class Transport(virtual.Transport):
         while True:
             try:
                 cycle.get(self._deliver, timeout=timeout)
-            except StoreConditionError as exc:
-                if isinstance(exc, MessageTooLarge):
-                    raise
-                # A full disk, a read-only or refused database: claiming writes, so no
-                # message can be taken now. Say so once, and poll on until it clears.
-                if not self._condition_reported:
-                    logger.error("cannot consume messages: %s; will retry", exc)
-                    self._condition_reported = True
             except Empty:
-                self._condition_cleared()
+                pass
             else:
-                self._condition_cleared()
                 self._idle_rounds = 0
                 return
             elapsed = monotonic() - started
@@ -577,7 +623,15 @@ class Transport(virtual.Transport):
             if self.store.wait_for_jobs(wait, consumed or None):
                 self._idle_rounds = 0
 
-    def _condition_cleared(self) -> None:
+    def report_condition(self, exc: StoreConditionError) -> None:
+        """A claim met a full, read-only or refused database: say so once; the consumer
+        polls on (claiming writes, so nothing can be taken until it clears)."""
+        if not self._condition_reported:
+            logger.error("cannot claim messages: %s; will retry", exc)
+            self._condition_reported = True
+
+    def condition_cleared(self) -> None:
+        """A claim went through: say so if one had been reported."""
         if self._condition_reported:
             logger.warning("claiming messages again: the database accepts writes")
             self._condition_reported = False
