@@ -177,3 +177,103 @@ def test_a_redelivered_message_is_delivered_alone(broker_url: str, store: JobSto
             for m in held[1:]:
                 m.ack()
     assert store.backlog("work").total == 0
+
+
+def test_a_null_delivery_info_is_read_as_kombu_reads_it(broker_url: str, store: JobStore) -> None:
+    row = kombu_row()
+    row["properties"]["delivery_info"] = None
+    store.enqueue(NewJob("work", json.dumps(row).encode()))
+    got: list[Any] = []
+    with (
+        Connection(broker_url, transport_options=OPTIONS) as conn,
+        Consumer(conn, [Queue("work")], callbacks=[lambda b, m: (got.append(b), m.ack())]),
+    ):
+        for _ in range(40):
+            if got:
+                break
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=0.05)
+    assert got == ["hello"] and store.backlog("work").total == 0
+
+
+def test_a_store_error_half_way_through_a_batch_hands_the_batch_back(
+    broker_url: str, store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed-jobs table refuses the bad row's move once (a missing privilege): the
+    consumer sees the error, and nothing stays reserved by it; then all goes through."""
+    from kombu_sqlqueue.exceptions import StorePermissionError
+
+    with Connection(broker_url, transport_options=OPTIONS) as conn:
+        publish(conn, ["a"])
+        store.enqueue(NewJob("work", b"not json"))
+        publish(conn, ["b"])
+        consumer_store = conn.transport.store
+        real = consumer_store.dead_letter
+        refusals: list[int] = []
+
+        def refuse_once(receipt: Any, reason: str) -> bool:
+            if not refusals:
+                refusals.append(receipt.job_id)
+                raise StorePermissionError("permission denied for table askr_failed_jobs")
+            return bool(real(receipt, reason))
+
+        monkeypatch.setattr(consumer_store, "dead_letter", refuse_once)
+        got: list[Any] = []
+        with Consumer(conn, [Queue("work")], callbacks=[lambda b, m: got.append((b, m))],
+                      prefetch_count=10):  # fmt: skip
+            with pytest.raises(StorePermissionError):
+                for _ in range(20):
+                    with contextlib.suppress(TimeoutError):
+                        conn.drain_events(timeout=0.05)
+            assert not conn.transport.held.snapshot()  # nothing kept, nothing renewed
+            assert store.backlog("work").ready == 3  # all three handed back at once
+            for _ in range(40):
+                if len(got) == 2:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.05)
+            assert sorted(b for b, _ in got) == ["a", "b"]
+            for _, m in got:
+                m.ack()
+    assert store.backlog("work").total == 0 and len(store.dead_letters("work")) == 1
+
+
+def test_a_consumer_needing_a_second_message_before_it_settles_a_redelivered_one_gets_it(
+    broker_url: str, store: JobStore
+) -> None:
+    """Delivered alone is bounded by the visibility timeout: slowed, never stuck."""
+    options = {**OPTIONS, "visibility_timeout": 1}
+    with Connection(broker_url, transport_options=options) as conn:
+        publish(conn, ["x", "y"])
+    store.claim("work", 1, visibility=1)  # x: its holder died
+    time.sleep(2.1)  # x's reservation lapses (whole seconds, rounded up)
+    with Connection(broker_url, transport_options=options) as conn:
+        got: list[Message] = []
+        with Consumer(conn, [Queue("work")], callbacks=[lambda b, m: got.append(m)]):
+            deadline = time.monotonic() + 20
+            while len(got) < 2 and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.1)
+            assert [m.payload for m in got] == ["x", "y"]  # y came while x is still held
+            for m in got:
+                m.ack()
+    assert store.backlog("work").total == 0
+
+
+def test_a_storage_condition_raised_by_the_application_reaches_it(broker_url: str) -> None:
+    """Only a claim's condition is swallowed (reported, polled on); the application's own
+    (its publish from inside a callback hit a full disk) goes up to it."""
+    from kombu_sqlqueue.exceptions import StoreFullError
+
+    def callback(body: Any, message: Message) -> None:
+        raise StoreFullError("the application's own publish: database is full")
+
+    with Connection(broker_url, transport_options=OPTIONS) as conn:
+        publish(conn, ["a"])
+        with (
+            Consumer(conn, [Queue("work")], callbacks=[callback]),
+            pytest.raises(StoreFullError, match="application's own"),
+        ):
+            for _ in range(40):
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.05)
