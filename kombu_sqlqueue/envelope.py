@@ -19,15 +19,17 @@ microseconds per message (the body of a JSON message is parsed once more here).
 
 from __future__ import annotations
 
-import codecs as text_codecs
+import bz2
 import json
 import logging
+import lzma
+import zlib
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kombu.compression import decompress
-from kombu.utils.json import loads as kombu_json_loads
+from kombu import compression as kombu_compression
+from kombu import serialization as kombu_serialization
 
 from .exceptions import MalformedMessage, PayloadLimitExceeded
 from .limits import MAX_JSON_DEPTH, json_depth_exceeds
@@ -37,6 +39,16 @@ logger = logging.getLogger(__name__)
 
 #: AMQP's delivery_mode of a message a broker may lose on a crash.
 TRANSIENT = 1
+
+#: The most bytes a compressed body may decompress to.
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+#: Decompressors that can stop at a size, by Kombu's compression content type.
+_BOUNDED: dict[str, Any] = {
+    "application/x-gzip": zlib.decompressobj,  # Kombu's "zlib"/"gzip": the zlib format
+    "application/x-bz2": bz2.BZ2Decompressor,
+    "application/x-lzma": lzma.LZMADecompressor,
+}
 
 #: Kombu clamps message priorities to 0..9 (``virtual.Channel.max_priority``), default 0.
 MAX_PRIORITY = 9
@@ -195,10 +207,7 @@ def read_message(payload: bytes, body_codecs: Mapping[str, Any]) -> dict[str, An
     compression = (headers or {}).get("compression")
     if compression is not None:
         _require(compression, str, "headers.compression")
-        try:
-            raw = decompress(raw, compression)  # type: ignore[no-untyped-call]
-        except Exception as exc:  # any codec's error: the body cannot be read
-            raise MalformedMessage(f"body cannot be decompressed ({compression}): {exc}") from exc
+        raw = _decompress(raw, compression)
     body = _decoded_body(message, raw)
     if headers and "task" in headers:
         _check_celery_task(headers, body, message.get("content-type"))
@@ -236,50 +245,86 @@ def _body_bytes(
         raise MalformedMessage(f"body is not encodable as UTF-8: {exc}") from exc
 
 
+def _decompress(raw: bytes, compression: str) -> bytes:
+    """The body decompressed as Kombu will, refused past MAX_DECOMPRESSED_BYTES (a small
+    row that inflates to gigabytes would take the consumer's memory, again at every try)."""
+    make = _BOUNDED.get(kombu_compression._aliases.get(compression, compression))
+    try:
+        if make is not None:
+            head = make().decompress(raw, MAX_DECOMPRESSED_BYTES + 1)
+            if len(head) > MAX_DECOMPRESSED_BYTES:
+                raise PayloadLimitExceeded(
+                    f"body decompresses ({compression}) past {MAX_DECOMPRESSED_BYTES:,} bytes "
+                    "(the limit)"
+                )
+        decompressed: bytes = kombu_compression.decompress(raw, compression)  # type: ignore[no-untyped-call]
+    except PayloadLimitExceeded:
+        raise
+    except Exception as exc:  # any codec's error: the body cannot be read
+        raise MalformedMessage(f"body cannot be decompressed ({compression}): {exc}") from exc
+    return decompressed
+
+
 def _decoded_body(message: dict[str, Any], raw: bytes) -> Any:
     """The decoded body of a JSON message (None for other content types, or no body)."""
     if message.get("content-type") not in JSON_CONTENT_TYPES or not raw:
         return None
     encoding = message.get("content-encoding") or "utf-8"
-    try:
-        text = text_codecs.decode(raw, encoding)
-    except (LookupError, ValueError) as exc:
-        raise MalformedMessage(f"body is not {encoding} text: {exc}") from exc
-    if json_depth_exceeds(text):
+    if json_depth_exceeds(raw):
         raise PayloadLimitExceeded(
             f"body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels (the limit)"
         )
     try:
-        if '"__type__"' in text:
-            # Kombu's own reader: its object hooks (dates, UUIDs, Decimals) must accept it.
-            return kombu_json_loads(text)  # type: ignore[no-untyped-call]
-        return json.loads(text)  # the same values, without a hook call per object
-    except Exception as exc:  # ValueError, or an object hook's TypeError/KeyError …
-        raise MalformedMessage(f"body is not readable JSON: {exc}") from exc
+        if encoding.lower() in ("utf-8", "utf8") and b'"__type__"' not in raw:
+            return json.loads(raw.decode("utf-8"))  # what Kombu's reader gives, faster
+        # Otherwise exactly as Kombu decodes it: its text decoding, its object hooks.
+        return kombu_serialization.loads(raw, "application/json", encoding)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # UnicodeDecodeError, ValueError, DecodeError, a hook's error
+        raise MalformedMessage(f"body is not readable JSON ({encoding}): {exc}") from exc
 
 
-def _check_celery_task(headers: dict[str, Any], body: Any, content_type: Any) -> None:
-    """Celery task message protocol 2: what ``celery.worker.request.Request`` reads."""
-    _require(headers["task"], str, "headers.task")
-    _require(headers.get("id"), str, "headers.id (the task id)")
-    _require(headers.get("shadow"), (str, type(None)), "headers.shadow")
-    _require(headers.get("retries"), (int, type(None)), "headers.retries")
+def _check_task_fields(fields: dict[str, Any], where: str) -> None:
+    """The fields Celery's ``Request`` reads (protocol 2 headers, or a protocol 1 body)."""
+    _require(fields["task"], str, f"{where}.task")
+    _require(fields.get("id"), str, f"{where}.id (the task id)")
+    _require(fields.get("shadow"), (str, type(None)), f"{where}.shadow")
+    _require(fields.get("retries"), (int, type(None)), f"{where}.retries")
     for key in ("eta", "expires"):
-        # Celery parses a string (its own error if unparsable), but an empty or
-        # non-string value crashes it before that.
-        value = headers.get(key)
-        _require(value, (str, type(None)), f"headers.{key}")
-        if value == "":
-            raise MalformedMessage(f"headers.{key} is an empty string, not a date or null")
-    timelimit = headers.get("timelimit")
+        _check_date(fields.get(key), f"{where}.{key}")
+    timelimit = fields.get("timelimit")
     if timelimit:
         ok = isinstance(timelimit, list | tuple) and len(timelimit) == 2
         if not ok or not all(
             v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in timelimit
         ):
             raise MalformedMessage(
-                f"headers.timelimit is {timelimit!r}, not [soft, hard] seconds (or null)"
+                f"{where}.timelimit is {timelimit!r}, not [soft, hard] seconds (or null)"
             )
+
+
+def _check_date(value: Any, what: str) -> None:
+    """Celery parses a date string itself (refusing what it cannot parse), but crashes on
+    an empty or non-string value, and on a date at the edge of the calendar that its
+    time-zone arithmetic carries past year 1 or 9999."""
+    if value is None:
+        return
+    _require(value, str, what)
+    if value == "":
+        raise MalformedMessage(f"{what} is an empty string, not a date or null")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return  # Celery's own parser decides, and refuses it with InvalidTaskError
+    try:
+        when - timedelta(days=2)
+        when + timedelta(days=2)
+    except OverflowError:
+        raise MalformedMessage(f"{what} {value!r} is too near the end of the calendar") from None
+
+
+def _check_celery_task(headers: dict[str, Any], body: Any, content_type: Any) -> None:
+    """Celery task message protocol 2: what ``celery.worker.request.Request`` reads."""
+    _check_task_fields(headers, "headers")
     if not content_type:
         # Kombu hands such a body over undecoded (bytes): Celery cannot unpack it.
         raise MalformedMessage("Celery task message has no content-type")
@@ -299,8 +344,7 @@ def _check_celery_task(headers: dict[str, Any], body: Any, content_type: Any) ->
 
 def _check_celery_task_v1(body: dict[str, Any]) -> None:
     """Celery task message protocol 1 (the task in the body)."""
-    _require(body["task"], str, "body.task")
-    _require(body.get("id"), str, "body.id (the task id)")
+    _check_task_fields(body, "body")
     _require(body.get("args", []), list, "body.args")
     _require(body.get("kwargs", {}), dict, "body.kwargs")
 

@@ -17,6 +17,7 @@ import pytest
 from celery import Celery
 from celery.exceptions import InvalidTaskError
 from celery.worker.request import Request
+from celery.worker.strategy import proto1_to_proto2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kombu import Connection
@@ -35,7 +36,9 @@ from kombu_sqlqueue.limits import MAX_JSON_DEPTH, json_depth_exceeds
 from kombu_sqlqueue.store import ClaimedJob
 
 CODECS = VirtualChannel.codecs
+# Not UTC: Celery's time-zone arithmetic on eta/expires is part of what must not crash.
 APP = Celery("envelope_tests", set_as_current=False)
+APP.conf.timezone = "America/New_York"
 
 
 @APP.task(name="t.add", shared=False)
@@ -100,7 +103,7 @@ def body_of(value: Any) -> str:
         (mutate("body", body_of("x")), "Celery task body is str"),
         (mutate("body", body_of([{}, {}, {}])), "Celery task body args is dict, not list"),
         (mutate("body", body_of([[], [], {}])), "Celery task body kwargs is list, not dict"),
-        (mutate("body", base64.b64encode(b"\xff\xfe").decode()), "body is not utf-8 text"),
+        (mutate("body", base64.b64encode(b"\xff\xfe").decode()), "body is not readable JSON"),
         (mutate("body", base64.b64encode(b"{nope").decode()), "body is not readable JSON"),
         (mutate("headers", "a string"), "headers is str, not dict or null"),
         (mutate("headers.task", ["t.add"]), "headers.task is list, not str"),
@@ -161,19 +164,22 @@ CELERY_HANDLED = (InvalidTaskError, ContentDisallowed, DecodeError)
 
 
 def kombu_and_celery_read(message: dict[str, Any]) -> None:
-    """What a Kombu consumer and Celery's on_task_received do with a delivery."""
-    message = copy.deepcopy(message)
-    message["properties"]["delivery_tag"] = "tag"
+    """What the channel, a Kombu consumer and Celery's worker do with a delivery."""
+    message = delivery(ClaimedJob(1, "q", b"", 0, 2, 25, "tok", None), copy.deepcopy(message))
     msg = channel.Message(message, channel=channel)
     assert not msg.errors, msg.errors
     msg.accept = {"application/json"}
     try:
         headers = msg.headers
-        if "task" in headers:
+        if "task" in headers:  # protocol 2: celery.worker.strategy, then Request
             assert "args" not in msg.payload  # the strategy's test for a hybrid body
             Request(msg, app=APP, task=add, hostname="h")
         else:
-            msg.decode()
+            payload = msg.decode()
+            if isinstance(payload, dict) and "task" in payload:  # protocol 1
+                body, task_headers, decoded, utc = proto1_to_proto2(msg, payload)
+                Request(msg, app=APP, task=add, hostname="h", body=body,
+                        headers=task_headers, decoded=decoded, utc=utc)  # fmt: skip
     except CELERY_HANDLED:
         pass
 
@@ -208,6 +214,7 @@ FIELDS = [
     "headers.shadow",
     "headers.eta",
     "headers.expires",
+    "headers.retries",
 ]
 
 
@@ -288,3 +295,54 @@ def test_a_reason_is_cut_to_the_failed_tables_column_on_a_character_boundary() -
     cut = fit_utf8("é" * 100, 61)
     assert len(cut.encode()) <= 61 and cut.endswith("(cut to fit the failed table's column)")
     assert cut.startswith("é") and "\ufffd" not in cut
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (mutate("headers.eta", "0001-01-01T00:00:00"), "too near the end of the calendar"),
+        (mutate("headers.expires", "9999-12-31T23:59:59+05:00"), "end of the calendar"),
+        (mutate("headers.eta", ""), "empty string"),
+    ],
+)
+def test_dates_celery_crashes_on_are_refused(message: dict, reason: str) -> None:
+    with pytest.raises(MalformedMessage, match=reason):
+        read_message(stored(message), CODECS)
+
+
+def v1_message(**fields: Any) -> dict:
+    body = {"task": "t.add", "id": "x", "args": [1, 2], "kwargs": {}, **fields}
+    message = celery_message()
+    message["headers"] = {}
+    message["body"] = body_of(body)
+    return message
+
+
+@pytest.mark.parametrize(("field", "value"), [("eta", ""), ("expires", False), ("eta", 0)])
+def test_a_protocol_1_task_gets_the_same_date_checks(field: str, value: Any) -> None:
+    with pytest.raises(MalformedMessage, match=f"body.{field}"):
+        read_message(stored(v1_message(**{field: value})), CODECS)
+    read_message(stored(v1_message(eta="2030-01-01T00:00:00")), CODECS)
+
+
+def test_a_body_that_inflates_past_the_limit_is_refused_unread() -> None:
+    import zlib
+
+    from kombu_sqlqueue.envelope import MAX_DECOMPRESSED_BYTES
+
+    bomb = zlib.compress(b"[" + b" " * (MAX_DECOMPRESSED_BYTES + 10) + b"]", 9)
+    message = mutate("headers.compression", "application/x-gzip")
+    message["body"] = base64.b64encode(bomb).decode()
+    with pytest.raises(PayloadLimitExceeded, match="decompresses"):
+        read_message(stored(message), CODECS)
+    fine = mutate("headers.compression", "zlib")
+    fine["body"] = base64.b64encode(zlib.compress(json.dumps([[1], {}, {}]).encode())).decode()
+    read_message(stored(fine), CODECS)
+
+
+def test_a_body_in_another_text_encoding_is_read_as_kombu_reads_it() -> None:
+    utf16 = mutate("content-encoding", "utf-16")
+    utf16["body"] = base64.b64encode(json.dumps([[1], {}, {}]).encode("utf-16")).decode()
+    read_or_refuse(stored(utf16))  # whatever the answer, Kombu and Celery agree with it
+    binary = mutate("content-encoding", "binary")
+    read_message(stored(binary), CODECS)  # Kombu reads a binary JSON body as UTF-8
