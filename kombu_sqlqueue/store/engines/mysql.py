@@ -41,6 +41,7 @@ _CONDITIONS: dict[int, type[StoreConditionError]] = {
     1290: StoreReadOnlyError,  # ER_OPTION_PREVENTS_STATEMENT: --read-only
     1792: StoreReadOnlyError,  # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
     1836: StoreReadOnlyError,  # ER_READ_ONLY_MODE
+    1874: StoreReadOnlyError,  # ER_INNODB_READ_ONLY
     1142: StorePermissionError,  # ER_TABLEACCESS_DENIED_ERROR
     1044: StorePermissionError,  # ER_DBACCESS_DENIED_ERROR
     1227: StorePermissionError,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
@@ -180,6 +181,8 @@ class MySQLEngine(ServerEngine):
 
     def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
         code = exc.args[0] if getattr(exc, "args", None) else None
+        if code == 1030 and "28" in str(exc):  # "Got error 28 (No space left) from engine"
+            return StoreFullError
         return _CONDITIONS.get(code) if isinstance(code, int) else None
 
     def is_busy_error(self, exc: BaseException) -> bool:

@@ -34,12 +34,18 @@ from .base import BaseEngine
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 #: SQLite primary result codes that are a condition of the file, not a lost connection.
+#: (SQLITE_CANTOPEN is not one: too many open files or a full temp directory pass.)
 _CONDITIONS: dict[int, type[StoreConditionError]] = {
     sqlite3.SQLITE_FULL: StoreFullError,  # "database or disk is full" (or max_page_count)
     sqlite3.SQLITE_READONLY: StoreReadOnlyError,  # "attempt to write a readonly database"
     sqlite3.SQLITE_PERM: StorePermissionError,  # "access permission denied"
-    sqlite3.SQLITE_CANTOPEN: StorePermissionError,  # "unable to open database file"
 }
+#: Extended read-only codes that pass by themselves (another process is recovering the
+#: WAL, or holds a lock a moment): retried as before, not reported as a read-only file.
+_PASSING = frozenset(
+    getattr(sqlite3, name, -1)
+    for name in ("SQLITE_READONLY_RECOVERY", "SQLITE_READONLY_CANTLOCK", "SQLITE_READONLY_ROLLBACK")
+)
 
 
 class SQLiteEngine(BaseEngine):
@@ -110,7 +116,7 @@ class SQLiteEngine(BaseEngine):
     def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None:
         # By SQLite's primary result code (extended codes keep it in the low byte).
         code = getattr(exc, "sqlite_errorcode", None)
-        if not isinstance(exc, sqlite3.Error) or code is None:
+        if not isinstance(exc, sqlite3.Error) or code is None or code in _PASSING:
             return None
         return _CONDITIONS.get(code & 0xFF)
 
