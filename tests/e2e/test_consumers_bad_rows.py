@@ -254,15 +254,16 @@ def test_messages_whose_reservation_was_lost_while_stopped_are_not_started(
     spawn: Callable[..., Proc], broker_url: str, tmp_path: Path
 ) -> None:
     """Kombu consumer A holds 6 (prefetch 6), SIGSTOPped past the visibility timeout while
-    running the first; B takes all 6 over. Resumed, A finishes the one it had started and
+    running the first (5 s each: room for a slow machine to send the signal); B takes all
+    6 over. Resumed, A finishes the one it had started and
     starts none of the other 5."""
     queue = "lostq"
     producer = spawn("producer", producer_args(broker_url, queue, 6, "m"))
     assert producer.wait(timeout=30) == 0, producer.output
     a_out, b_out = tmp_path / "a.txt", tmp_path / "b.txt"
     a = spawn("consumer-a", consumer_args(broker_url, queue, "ack", "--visibility", "2",
-                                          "--prefetch", "6", "--sleep", "1.5",
-                                          "--out", str(a_out), "--idle-exit", "6"))  # fmt: skip
+                                          "--prefetch", "6", "--sleep", "5",
+                                          "--out", str(a_out), "--idle-exit", "8"))  # fmt: skip
     a.wait_event("received", timeout=20)
     a.send_signal(signal.SIGSTOP)
     time.sleep(3.5)  # past the 2 s visibility timeout (whole seconds, rounded up)

@@ -80,35 +80,37 @@ def test_sqlite_full_disk_is_a_named_error_at_once_and_consumers_resume(
         except BaseException as exc:  # the test fails on any: the consumer must not die
             errors.append(exc)
 
+    published = ["first"]
     with Connection(url, transport_options=OPTIONS) as conn:
         producer = Producer(conn.channel(), routing_key="full")
         producer.publish({"n": "first"}, serializer="json")
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        # Fill what is left of the disk but a little room.
-        free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
-        ballast.write_bytes(b"\0" * max(0, free - 64 * 1024))
-        caplog.set_level(logging.WARNING, logger="kombu_sqlqueue")
-        published = ["first"]
-        with pytest.raises(StoreFullError) as raised:
-            for i in range(1000):
-                producer.publish({"n": str(i), "pad": "x" * 8192}, serializer="json")
-                published.append(str(i))
-        message = str(raised.value)
-        assert str(db) in message and "full" in message and "free space" in message
-        assert not any("reconnecting" in r.getMessage() for r in caplog.records)
+        try:
+            # Fill what is left of the disk but a little room.
+            free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+            ballast.write_bytes(b"\0" * max(0, free - 64 * 1024))
+            caplog.set_level(logging.WARNING, logger="kombu_sqlqueue")
+            with pytest.raises(StoreFullError) as raised:
+                for i in range(1000):
+                    producer.publish({"n": str(i), "pad": "x" * 8192}, serializer="json")
+                    published.append(str(i))
+            message = str(raised.value)
+            assert str(db) in message and "full" in message and "free space" in message
+            assert not any("reconnecting" in r.getMessage() for r in caplog.records)
 
-        ballast.unlink()  # space returns
-        producer.publish({"n": "after"}, serializer="json")
-        published.append("after")
+            ballast.unlink()  # space returns
+            producer.publish({"n": "after"}, serializer="json")
+            published.append("after")
 
-        deadline = 60.0
-        waited = 0.0
-        while sorted(received) != sorted(published) and waited < deadline and not errors:
-            stop.wait(0.1)
-            waited += 0.1
-        stop.set()
-        consumer.join(timeout=10)
+            deadline = 60.0
+            waited = 0.0
+            while sorted(received) != sorted(published) and waited < deadline and not errors:
+                stop.wait(0.1)
+                waited += 0.1
+        finally:  # the consumer must be gone before the tmpfs is unmounted
+            stop.set()
+            consumer.join(timeout=10)
     assert not errors, errors
     assert sorted(received) == sorted(published)
     with sqlite3.connect(db) as check:
@@ -171,17 +173,21 @@ def test_postgresql_read_only_and_refused_privilege_are_named_errors(db_url: str
     with admin.connect() as c:
         c.exec_driver_sql(f"CREATE ROLE reader_{name} LOGIN")
         c.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader_{name}")
-    reader = JobStore(db_url.replace("postgres@", f"reader_{name}@"),
-                      StoreOptions(create_tables=False))  # fmt: skip
-    with pytest.raises(StorePermissionError, match="privilege"):
-        reader.enqueue(NewJob("q", b"{}"))
-    reader.close()
-    with admin.connect() as c:
-        c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
-    ro = JobStore(db_url, StoreOptions(create_tables=False))
-    with pytest.raises(StoreReadOnlyError, match="read-only"):
-        ro.enqueue(NewJob("q", b"{}"))
-    ro.close()
-    with admin.connect() as c:
-        c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = off")
-    admin.dispose()
+    try:
+        reader = JobStore(db_url.replace("postgres@", f"reader_{name}@"),
+                          StoreOptions(create_tables=False))  # fmt: skip
+        with pytest.raises(StorePermissionError, match="privilege"):
+            reader.enqueue(NewJob("q", b"{}"))
+        reader.close()
+        with admin.connect() as c:
+            c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+        ro = JobStore(db_url, StoreOptions(create_tables=False))
+        with pytest.raises(StoreReadOnlyError, match="read-only"):
+            ro.enqueue(NewJob("q", b"{}"))
+        ro.close()
+    finally:
+        with admin.connect() as c:
+            c.exec_driver_sql(f"ALTER DATABASE {name} SET default_transaction_read_only = off")
+            c.exec_driver_sql(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader_{name}")
+            c.exec_driver_sql(f"DROP ROLE reader_{name}")
+        admin.dispose()
