@@ -319,16 +319,21 @@ class Worker:
         """Reserve and run at most one job; True if one was found.
 
         A job this worker already released as unknown, found again, is handed back and
-        counts as none found: the sweep saw only what this worker cannot run, so
-        ``stop_when_empty`` stops and the loop idles ``sleep`` (see :meth:`_unknown`).
+        the sweep goes on to the jobs behind it, on this queue and the next: when it
+        finds only such jobs it counts as none found, so ``stop_when_empty`` stops and the
+        loop idles ``sleep`` (see :meth:`_unknown`).
         """
-        job, self._next = self._next, None
-        if job is None:
-            job = self.pop()
-        if job is None:
-            return False
-        self.jobs_processed += 1
-        return self._process(job)
+        # Bounded: each turn that comes back False handed back a job remembered as unknown.
+        for _turn in range(len(self._released_unknown) + 1):
+            job, self._next = self._next, None
+            if job is None:
+                job = self.pop()
+            if job is None:
+                return False
+            self.jobs_processed += 1
+            if self._process(job):
+                return True
+        return False
 
     def pop(self) -> ReservedJob | None:
         """One sweep: the first ready job of the queues, in their order."""

@@ -374,6 +374,25 @@ def test_an_unknown_job_met_again_counts_as_an_empty_sweep(
 
 
 @pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
+def test_an_unknown_job_met_again_does_not_hide_the_jobs_behind_it(
+    table: JobTable, queue: LaravelQueue
+) -> None:
+    """--queue high,default: an unknown job in `high`, met again while the first `default`
+    job runs, is handed back and the sweep goes on to `default` (it once stopped there)."""
+    ran: list[int] = []
+    registry = HandlerRegistry()
+    registry.register(GOOD, lambda job: (ran.append(job.properties["n"]), time.sleep(1.1)))
+    queue.dispatch("App\\Jobs\\PhpOnly", {}, queue="high")
+    for n in range(3):
+        queue.dispatch(GOOD, {"n": n})
+    options = WorkerOptions(queues=("high", "default"), stop_when_empty=True, sleep=0,
+                            unknown_delay=0)  # fmt: skip
+    Worker(table, options, handlers=registry).run()
+    assert ran == [0, 1, 2]
+    assert table.size("default") == 0 and table.size("high") == 1
+
+
+@pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
 def test_a_long_running_worker_releases_an_unknown_job_a_bounded_number_of_times(
     table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
