@@ -411,13 +411,18 @@ class Worker:
             raise MalformedJob(problem)
         uuid = str(payload.uuid)
         command: JobCommand | None = None
-        if payload.job == CALL_QUEUED_HANDLER:
+        named = payload.command_name if payload.job == CALL_QUEUED_HANDLER else None
+        if isinstance(named, str) and named.strip("\\") and self.handlers.get(named) is None:
+            # Not ours to run: its command is left to the worker that knows the class, so a
+            # job Laravel runs (nested deeper than this worker reads, say) is not failed here.
+            properties: dict[str, Any] = {}
+            name = named
+        elif payload.job == CALL_QUEUED_HANDLER:
             try:
                 command = payload.command(self.encrypter)
                 properties = command.properties
             except LaravelBridgeError as exc:
                 raise MalformedJob(f"cannot decode data.command: {exc}", uuid) from exc
-            named = payload.command_name
             name = named if isinstance(named, str) and named else command.class_name
         else:
             # A job pushed as "Class@method" with plain data (Queue::push('Class', $data)).

@@ -432,6 +432,12 @@ CLI_HANDLERS = textwrap.dedent(
     def good(job):
         with open(os.environ["BAD_ROWS_LOG"], "a") as f:
             f.write(job.uuid + "\\n")
+
+    # The bad rows name this class: this worker runs it, so reading them is its business
+    # (a row naming a class it has no handler for is left, unread, to a worker that has).
+    @handles("App\\\\Jobs\\\\Bad")
+    def bad(job):
+        raise AssertionError("a bad row never reaches its handler")
     """
 )
 
@@ -479,10 +485,10 @@ def test_a_second_worker_after_a_crash_free_run_finds_nothing_left(
         rows = [r for r in BAD_ROWS[:4] if r.fits(engine_name, layout)]
         for row in rows:
             insert_raw(table, "default", row.raw, blob=row.blob)
+        registry = HandlerRegistry()  # the rows name App\Jobs\Bad: this worker runs it
+        registry.register(BAD, lambda job: None)
         for _ in range(2):
-            Worker(
-                table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=HandlerRegistry()
-            ).run()
+            Worker(table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=registry).run()
         assert len(failed_rows(table)) == len(rows)
     finally:
         table.close()
@@ -530,3 +536,17 @@ def test_the_safety_net_settles_a_row_the_reader_did_not_foresee(
     )
     assert json.loads(rows[0]["payload"])["uuid"] == first.uuid
     assert "reading job" in caplog.text  # logged with its traceback
+
+
+@pytest.mark.timeout(60, method="thread")  # the worker owns SIGALRM
+def test_a_job_of_a_class_it_has_no_handler_for_is_left_unread_to_php(
+    table: JobTable, engine_name: str
+) -> None:
+    """Nested deeper than this worker reads, but PHP's (4,096 levels): a Laravel worker runs
+    it. Named a class with no Python handler, it is handed back, not failed."""
+    deep = next(r for r in BAD_ROWS if r.label == "deep PHP nesting")
+    raw = deep.raw.replace(b"App\\\\Jobs\\\\Bad", b"App\\\\Jobs\\\\PhpDeep")
+    assert raw != deep.raw
+    insert_raw(table, "default", raw)
+    Worker(table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=HandlerRegistry()).run()
+    assert failed_rows(table) == [] and table.size("default") == 1
