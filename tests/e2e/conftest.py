@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from e2e_harness import E2E_DIR, Proc
+from apps.celery_app import create_app
+from celery import Celery
+from e2e_harness import E2E_DIR, E2E_VISIBILITY, Proc
 
 
 @pytest.fixture
@@ -30,3 +32,19 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     finally:
         for proc in procs:
             proc.destroy()
+
+
+@pytest.fixture
+def out_file(tmp_path: Path) -> Path:
+    """Where the e2e Celery app's tasks append their lines (``E2E_OUT``)."""
+    return tmp_path / "tasks.jsonl"
+
+
+@pytest.fixture
+def app(broker_url: str) -> Iterator[Celery]:
+    """The e2e Celery app, for sending tasks from the test."""
+    app = create_app(broker_url, visibility=E2E_VISIBILITY)
+    try:
+        yield app
+    finally:
+        app.close()

@@ -184,3 +184,19 @@ def sql(db_url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
             return [tuple(r) for r in result]
     finally:
         engine.dispose()
+
+
+#: The transport's visibility timeout of the e2e Celery app's ``app`` fixture (seconds).
+E2E_VISIBILITY = 2
+
+
+def task_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines the e2e Celery app's tasks appended to ``E2E_OUT`` (none yet: [])."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def task_events(path: Path, event: str = "ran") -> list[dict[str, Any]]:
+    """The lines of one event (``started``, ``ran``)."""
+    return [r for r in task_lines(path) if r["event"] == event]

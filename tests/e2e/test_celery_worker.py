@@ -5,48 +5,21 @@ Tasks append JSON lines to a file (``E2E_OUT``); there is no result backend.
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from apps.celery_app import create_app
 from celery import Celery
-from e2e_harness import Proc, sql, wait_until
+from e2e_harness import E2E_VISIBILITY, Proc, sql, task_events, wait_until
 
 from kombu_sqlqueue.store import JobStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
-VISIBILITY = 2
-
-
-def lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def ran(path: Path, event: str = "ran") -> list[dict[str, Any]]:
-    return [r for r in lines(path) if r["event"] == event]
-
-
-@pytest.fixture
-def out_file(tmp_path: Path) -> Path:
-    return tmp_path / "tasks.jsonl"
-
-
-@pytest.fixture
-def app(broker_url: str) -> Iterator[Celery]:
-    app = create_app(broker_url, visibility=VISIBILITY)
-    try:
-        yield app
-    finally:
-        app.close()
+VISIBILITY = E2E_VISIBILITY  # the app fixture's
 
 
 @pytest.fixture
@@ -97,18 +70,18 @@ def test_delay_countdown_and_acks_late(
         record.delay(f"plain-{i}")
     record_late.delay("late")
 
-    wait_until(lambda: len(ran(out_file)) >= 6, 20, what="plain and acks_late tasks")
-    wait_until(lambda: len(ran(out_file)) >= 7, 20, what="countdown task")
-    by_label = {r["label"]: r for r in ran(out_file)}
+    wait_until(lambda: len(task_events(out_file)) >= 6, 20, what="plain and acks_late tasks")
+    wait_until(lambda: len(task_events(out_file)) >= 7, 20, what="countdown task")
+    by_label = {r["label"]: r for r in task_events(out_file)}
     assert sorted(by_label) == sorted(["countdown", "late", *(f"plain-{i}" for i in range(5))])
-    assert len(ran(out_file)) == 7, "a task ran twice"
+    assert len(task_events(out_file)) == 7, "a task ran twice"
     # Native delay: never run before its countdown (available_at is rounded up). How soon
     # after is a matter of load, bounded only by the wait above (no timed assertion).
     delay = by_label["countdown"]["t"] - sent_cd
     assert delay >= 3.0, delay
-    assert all(not r["redelivered"] for r in ran(out_file))
+    assert all(not r["redelivered"] for r in task_events(out_file))
     # Every task ran in a pool child, not in the main process.
-    assert all(r["pid"] != worker.pid for r in ran(out_file))
+    assert all(r["pid"] != worker.pid for r in task_events(out_file))
 
     wait_until(lambda: jobs_left(db_url) == 0, 10, what="askr_jobs empty after the acks")
     stop_worker(worker)
@@ -122,21 +95,21 @@ def test_acks_late_task_longer_than_visibility_is_renewed_not_redelivered(
     """An acks_late task running 3x the visibility timeout keeps its reservation; runs once."""
     worker = start_worker(concurrency=2)
     app.tasks["e2e.record_late"].delay("slow", sleep=3 * VISIBILITY)
-    wait_until(lambda: ran(out_file, "started"), 20, what="slow task started")
+    wait_until(lambda: task_events(out_file, "started"), 20, what="slow task started")
     (job_id,) = (r[0] for r in sql(db_url, "SELECT id FROM askr_jobs"))
     deadline = time.time() + 3 * VISIBILITY - 0.5
-    while time.time() < deadline and not ran(out_file):
+    while time.time() < deadline and not task_events(out_file):
         row = store.get_job(job_id)
         assert row is not None
         assert row["attempts"] == 1, row
         # Held, and renewed: its reservation never lapses while the worker lives.
         assert row["reserved_until"] >= int(time.time()), row
         time.sleep(0.2)
-    wait_until(lambda: ran(out_file), 20, what="slow task finished")
+    wait_until(lambda: task_events(out_file), 20, what="slow task finished")
     wait_until(lambda: store.get_job(job_id) is None, 10, what="row deleted by the late ack")
     time.sleep(VISIBILITY + 1)  # would a (wrong) redelivery run it again?
-    assert len(ran(out_file, "started")) == 1
-    assert len(ran(out_file)) == 1
+    assert len(task_events(out_file, "started")) == 1
+    assert len(task_events(out_file)) == 1
     assert "reservation of job" not in worker.output  # no lost-reservation warning
 
 
@@ -152,8 +125,8 @@ def test_priorities_higher_first(
         p for _, p in sent
     )
     worker = start_worker(concurrency=1, prefetch=1)
-    wait_until(lambda: len(ran(out_file)) >= len(sent), 30, what="all priority tasks")
-    order = [r["label"] for r in ran(out_file)]
+    wait_until(lambda: len(task_events(out_file)) >= len(sent), 30, what="all priority tasks")
+    order = [r["label"] for r in task_events(out_file)]
     assert order == ["p9", "p7", "p5a", "p5b", "p3", "p1", "p0"], order
     assert "Traceback" not in worker.output, worker.output[-4000:]
 
@@ -164,22 +137,24 @@ def test_worker_killed_mid_acks_late_task_is_redelivered(
     """kill -9 of the whole worker during an acks_late task: a new worker reruns it (attempts 2)."""
     first = start_worker(concurrency=2)
     app.tasks["e2e.record_late"].delay("crash", sleep=60, sleep_redelivered=2)
-    wait_until(lambda: ran(out_file, "started"), 20, what="task started on the first worker")
+    wait_until(
+        lambda: task_events(out_file, "started"), 20, what="task started on the first worker"
+    )
     (job_id,) = (r[0] for r in sql(db_url, "SELECT id FROM askr_jobs"))
     first.kill_group(signal.SIGKILL)
     first.wait(timeout=10)
 
     second = start_worker(concurrency=2)
-    wait_until(lambda: len(ran(out_file, "started")) == 2, 20, what="redelivery started")
-    redelivery = ran(out_file, "started")[1]
+    wait_until(lambda: len(task_events(out_file, "started")) == 2, 20, what="redelivery started")
+    redelivery = task_events(out_file, "started")[1]
     assert redelivery["redelivered"] is True
     # Not before the dead worker's reservation (claimed before the first start) lapsed.
-    assert redelivery["t"] - ran(out_file, "started")[0]["t"] >= VISIBILITY - 0.1
+    assert redelivery["t"] - task_events(out_file, "started")[0]["t"] >= VISIBILITY - 0.1
     row = store.get_job(job_id)
     assert row is not None and row["attempts"] == 2, row
-    wait_until(lambda: ran(out_file), 20, what="redelivered task finished")
+    wait_until(lambda: task_events(out_file), 20, what="redelivered task finished")
     wait_until(lambda: store.get_job(job_id) is None, 10, what="row deleted")
-    assert [r["label"] for r in ran(out_file)] == ["crash"]
+    assert [r["label"] for r in task_events(out_file)] == ["crash"]
     assert "Traceback" not in second.output, second.output[-4000:]
 
 
@@ -189,8 +164,8 @@ def test_pool_child_lost_with_reject_on_worker_lost_is_released_and_rerun(
     """A pool child dies mid-task: Celery rejects with requeue, the job comes back with backoff."""
     worker = start_worker(concurrency=1)
     app.tasks["e2e.die_once"].delay("child-dies")
-    wait_until(lambda: ran(out_file), 30, what="the redelivery finished")
-    starts = ran(out_file, "started")
+    wait_until(lambda: task_events(out_file), 30, what="the redelivery finished")
+    starts = task_events(out_file, "started")
     assert [s["redelivered"] for s in starts] == [False, True]
     # Released with backoff (attempt 1: 0.5-1 s, rounded up to the second), not at once.
     assert starts[1]["t"] - starts[0]["t"] >= 0.5
@@ -212,7 +187,7 @@ def test_warm_shutdown_returns_prefetched_unstarted_messages(
     for i in range(3):
         limited.delay(f"limited-{i}")
     first = start_worker(concurrency=1, prefetch=4)
-    wait_until(lambda: ran(out_file), 20, what="first rate-limited task")
+    wait_until(lambda: task_events(out_file), 20, what="first rate-limited task")
 
     def reserved() -> list[tuple[int, int]]:
         return [
@@ -228,14 +203,16 @@ def test_warm_shutdown_returns_prefetched_unstarted_messages(
     assert len(reserved()) == 2
     first.send_signal(signal.SIGTERM)
     first.wait(timeout=30)
-    assert [r["label"] for r in ran(out_file)] == ["limited-0"]
+    assert [r["label"] for r in task_events(out_file)] == ["limited-0"]
     rows = sql(db_url, "SELECT attempts, reserved_until, reserved_token FROM askr_jobs")
     # Handed back ready now, the attempt their claim counted refunded.
     assert rows == [(0, None, None), (0, None, None)], rows
     assert "Traceback" not in first.output, first.output[-4000:]
 
     start_worker(concurrency=1)
-    wait_until(lambda: len(ran(out_file)) >= 2, 20, what="a returned task run by a new worker")
-    second = ran(out_file)[1]
+    wait_until(
+        lambda: len(task_events(out_file)) >= 2, 20, what="a returned task run by a new worker"
+    )
+    second = task_events(out_file)[1]
     assert second["label"] in ("limited-1", "limited-2")
     assert second["redelivered"] is False  # a returned, unstarted delivery is not a redelivery

@@ -12,21 +12,20 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apps.celery_app import create_app
 from celery import Celery
-from e2e_harness import Proc, consumer_args, producer_args, sql
+from e2e_harness import E2E_VISIBILITY, Proc, consumer_args, producer_args, sql, task_events
 
 from kombu_sqlqueue.store import JobStore, NewJob
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 QUEUE = "e2e"
-VISIBILITY = 2
+VISIBILITY = E2E_VISIBILITY  # the app fixture's
 
 
 class Supervisor:
@@ -53,24 +52,15 @@ class Supervisor:
         self.worker.wait(timeout=20)
 
 
-def lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture
-def out_file(tmp_path: Path) -> Path:
-    return tmp_path / "tasks.jsonl"
-
-
-@pytest.fixture
-def app(broker_url: str) -> Iterator[Celery]:
-    app = create_app(broker_url, visibility=VISIBILITY)
+def run_to_the_end(supervisor: Supervisor, store: JobStore, out_file: Path, valid: int) -> bool:
+    """Supervise until the queue is empty and ``valid`` tasks ran; stop the worker."""
     try:
-        yield app
+        return supervisor.run_until(
+            lambda: store.backlog(QUEUE).total == 0 and len(task_events(out_file)) >= valid,
+            timeout=120,
+        )
     finally:
-        app.close()
+        supervisor.stop()
 
 
 def worker_starter(
@@ -184,21 +174,12 @@ def test_every_bad_row_is_dead_lettered_once_and_valid_tasks_run_once(
     supervisor = Supervisor(
         worker_starter(spawn, broker_url, out_file, "--pool=prefork", "-c", "2", E2E_PREFETCH="4")
     )
-    try:
-        finished = supervisor.run_until(
-            lambda: (
-                store.backlog(QUEUE).total == 0
-                and len([r for r in lines(out_file) if r["event"] == "ran"]) >= len(valid)
-            ),
-            timeout=120,
-        )
-    finally:
-        supervisor.stop()
+    finished = run_to_the_end(supervisor, store, out_file, len(valid))
     worker_output = supervisor.worker.output
     assert finished, worker_output
     assert supervisor.deaths == 0, worker_output
 
-    ran = sorted(r["label"] for r in lines(out_file) if r["event"] == "ran")
+    ran = sorted(r["label"] for r in task_events(out_file))
     assert ran == sorted(valid)  # each exactly once
 
     failed = sql(db_url, "SELECT payload, exception FROM askr_failed_jobs WHERE queue = ?", QUEUE)
@@ -230,20 +211,11 @@ def test_a_task_that_kills_its_worker_is_dead_lettered_and_innocents_run(
             spawn, broker_url, out_file, "--pool=solo", E2E_PREFETCH="4", E2E_MAX_ATTEMPTS="3"
         )
     )
-    try:
-        finished = supervisor.run_until(
-            lambda: (
-                store.backlog(QUEUE).total == 0
-                and len([r for r in lines(out_file) if r["event"] == "ran"]) >= len(valid)
-            ),
-            timeout=120,
-        )
-    finally:
-        supervisor.stop()
+    finished = run_to_the_end(supervisor, store, out_file, len(valid))
     assert finished, supervisor.worker.output
-    ran = sorted(r["label"] for r in lines(out_file) if r["event"] == "ran")
+    ran = sorted(r["label"] for r in task_events(out_file))
     assert ran == valid  # each exactly once
-    starts = [r for r in lines(out_file) if r["event"] == "started" and r["label"] == "killer"]
+    starts = [r for r in task_events(out_file, "started") if r["label"] == "killer"]
     assert len(starts) == 3 and supervisor.deaths == 3
     failed = sql(db_url, "SELECT exception, attempts FROM askr_failed_jobs WHERE queue = ?", QUEUE)
     assert len(failed) == 1, failed  # the killer only: no valid task was dead-lettered
