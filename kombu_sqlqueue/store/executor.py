@@ -177,7 +177,6 @@ class Executor:
         self._connected_once = False
         self.db = db
         self.dialect = db.dialect
-        self._describe = describe
         #: The database as error messages name it (its URL, password hidden).
         self.describe = describe
         self._cache: dict[Hashable, Compiled] = {}
@@ -294,12 +293,12 @@ class Executor:
         condition = self.engine.condition_error(exc)
         if condition is not None:
             advice = _CONDITION_ADVICE.get(condition) or self.engine.payload_limit_hint()
-            return condition(f"database {self._describe}: {exc} — {advice}")
+            return condition(f"database {self.describe}: {exc} — {advice}")
         if self.engine.is_busy_error(exc):
-            return StoreBusyError(f"database {self._describe} stayed locked: {exc}")
+            return StoreBusyError(f"database {self.describe} stayed locked: {exc}")
         if self.engine.is_connection_error(exc):
-            return StoreConnectionError(f"database {self._describe} connection failed: {exc}")
-        return StoreError(f"database error on {self._describe}: {exc}")
+            return StoreConnectionError(f"database {self.describe} connection failed: {exc}")
+        return StoreError(f"database error on {self.describe}: {exc}")
 
     def run(self, work: Callable[[Tx], T], *, write: bool = True, single: bool = False) -> T:
         """Run ``work`` in one transaction.
