@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import virtual
 
+from .exceptions import StoreConditionError
 from .store import JobStore, Receipt
 
 if TYPE_CHECKING:
@@ -82,12 +85,128 @@ class HeldDeliveries:
         return len(self._by_tag)
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """One fenced write that settles a delivery: ``write(store)`` is ``False`` when stale."""
+
+    held: Held
+    verb: str  # "ack" or "reject": for the stale-settlement warning
+    write: Callable[[JobStore], bool]
+
+
+class PendingSettlements:
+    """Settlements the database refused for a condition (full disk, read-only, refused
+    permission), kept and written again once it accepts writes.
+
+    A consumer does not die because its ack cannot be written: Kombu's and Celery's
+    callers ack from code that cannot handle a storage error. Until the write goes
+    through, the delivery's reservation is not renewed, so if the condition outlasts
+    ``visibility_timeout`` the message comes back and may run again (at least once,
+    never lost). Written late, a settlement is fenced like any other: stale if another
+    consumer took the message meanwhile.
+    """
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._pending: list[Settlement] = []
+        self._reported = False
+
+    def settle(self, settlement: Settlement) -> None:
+        """Write ``settlement`` now, or keep it when the database refuses writes."""
+        with self._lock:
+            if self._pending:  # keep their order behind those already waiting
+                self._pending.append(settlement)
+                return
+        try:
+            written = settlement.write(self.store)
+        except StoreConditionError as exc:
+            with self._lock:
+                self._pending.append(settlement)
+            self._report(exc)
+            return
+        if not written:
+            _warn_stale(settlement)
+
+    def retry(self) -> None:
+        """Write the kept settlements, in order, until one is refused again.
+
+        Called by the consumer between polls and by the renewer thread; a retry already
+        under way in the other thread is not waited for.
+        """
+        if not self._pending or not self._lock.acquire(blocking=False):
+            return
+        try:
+            while self._pending:
+                settlement = self._pending[0]
+                try:
+                    written = settlement.write(self.store)
+                except StoreConditionError:
+                    return
+                self._pending.pop(0)
+                if not written:
+                    _warn_stale(settlement)
+            if self._reported:
+                logger.warning("settling deliveries again: the database accepts writes")
+                self._reported = False
+        finally:
+            self._lock.release()
+
+    def _report(self, exc: StoreConditionError) -> None:
+        if not self._reported:
+            self._reported = True
+            logger.error(
+                "cannot settle deliveries: %s; the acks and rejects are kept and written once "
+                "the database accepts writes (a delivery whose reservation lapses meanwhile "
+                "comes back and may run again)",
+                exc,
+            )
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def give_up(self) -> None:
+        """At close: a last try; what is still refused comes back after its reservation lapses."""
+        self.retry()
+        if self._pending:
+            logger.error(
+                "closing with %d unwritten settlement(s) (the database refuses writes); those "
+                "deliveries come back when their reservations lapse",
+                len(self._pending),
+            )
+            self._pending.clear()
+
+
+def _warn_stale(settlement: Settlement) -> None:
+    held = settlement.held
+    if settlement.verb == "ack":
+        logger.warning(
+            "stale ack: job %d on queue %r was taken over by another consumer after its "
+            "reservation lapsed; the ack changed nothing",
+            held.receipt.job_id,
+            held.queue,
+        )
+    else:
+        logger.warning(
+            "stale reject: job %d on queue %r is no longer held by this consumer",
+            held.receipt.job_id,
+            held.queue,
+        )
+
+
 class Renewer:
     """Daemon thread that renews held reservations every ``interval`` seconds."""
 
-    def __init__(self, store: JobStore, held: HeldDeliveries, options: TransportOptions) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        held: HeldDeliveries,
+        options: TransportOptions,
+        pending: PendingSettlements | None = None,
+    ) -> None:
         self.store = store
         self.held = held
+        self.pending = pending
         self.visibility = options.visibility_timeout
         self.interval = options.effective_renew_interval
         self._stop = threading.Event()
@@ -145,6 +264,8 @@ class Renewer:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
+                if self.pending is not None:
+                    self.pending.retry()
                 self.renew_once()
             except Exception:  # keep renewing; a failed round is retried next interval
                 logger.exception("renewing reservations failed; will retry")
@@ -166,34 +287,23 @@ class QoS(virtual.QoS):
     def ack(self, delivery_tag: str) -> None:
         """Delete the job, unless its reservation was taken over (then: stale, logged)."""
         held = self._settle(delivery_tag)
-        if held is not None and not self.channel.store.ack(held.receipt):
-            logger.warning(
-                "stale ack: job %d on queue %r was taken over by another consumer after its "
-                "reservation lapsed; the ack changed nothing",
-                held.receipt.job_id,
-                held.queue,
-            )
+        if held is not None:
+            write = partial(JobStore.ack, receipt=held.receipt)
+            self.channel.connection.pending.settle(Settlement(held, "ack", write))
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         """``requeue=True``: release with backoff. ``requeue=False``: dead-letter with a reason."""
         held = self._settle(delivery_tag)
         if held is not None:
-            store = self.channel.store
+            write: Callable[[JobStore], bool]
             if requeue:
-                policy = self.channel.options.for_queue(held.queue).backoff
-                done = store.release(held.receipt, policy.delay(held.attempts))
+                delay = self.channel.options.for_queue(held.queue).backoff.delay(held.attempts)
+                write = partial(JobStore.release, receipt=held.receipt, delay=delay)
             else:
-                done = store.dead_letter(
-                    held.receipt,
-                    f"rejected by the consumer without requeue (attempt {held.attempts})",
-                )
-            if not done:
-                logger.warning(
-                    "stale reject: job %d on queue %r is no longer held by this consumer",
-                    held.receipt.job_id,
-                    held.queue,
-                )
+                reason = f"rejected by the consumer without requeue (attempt {held.attempts})"
+                write = partial(JobStore.dead_letter, receipt=held.receipt, reason=reason)
+            self.channel.connection.pending.settle(Settlement(held, "reject", write))
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:

@@ -65,7 +65,7 @@ from .exceptions import (
 )
 from .expiry import QueueKeeper
 from .options import TransportOptions
-from .qos import Held, HeldDeliveries, QoS, Renewer
+from .qos import Held, HeldDeliveries, PendingSettlements, QoS, Renewer
 from .routing import RoutingCache
 from .store import ClaimedJob, JobStore, NewJob, Receipt
 from .store.names import validate_queue_name
@@ -583,7 +583,8 @@ class Transport(virtual.Transport):
             )
         self.store = JobStore(str(url), self.options.store_options())
         self.held = HeldDeliveries()
-        self.renewer = Renewer(self.store, self.held, self.options)
+        self.pending = PendingSettlements(self.store)
+        self.renewer = Renewer(self.store, self.held, self.options, self.pending)
         self.queue_keeper = QueueKeeper(self.store)
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
@@ -602,6 +603,7 @@ class Transport(virtual.Transport):
         cycle = self.cycle
         assert cycle is not None  # set by virtual.Transport.__init__
         while True:
+            self.pending.retry()
             try:
                 cycle.get(self._deliver, timeout=timeout)
             except Empty:
@@ -649,6 +651,7 @@ class Transport(virtual.Transport):
             super().close_connection(connection)
         finally:
             self.renewer.stop()
+            self.pending.give_up()
             self.queue_keeper.stop()
             self.store.close()
 

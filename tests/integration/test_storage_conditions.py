@@ -117,6 +117,42 @@ def test_sqlite_full_disk_is_a_named_error_at_once_and_consumers_resume(
         assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
+def test_an_ack_refused_by_a_full_disk_is_kept_and_written_once_there_is_room(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The race CI met: a consumer acks while the disk is full. The ack must not raise
+    into the consumer's callback; it is written once space returns."""
+    db = small_disk / "queue.db"
+    url = f"sqlqueue+sqlite:///{db}"
+    ballast = small_disk / "ballast"
+    got: list[object] = []
+    with Connection(url, transport_options=OPTIONS) as conn:
+        Producer(conn.channel(), routing_key="acks").publish({"n": 1}, serializer="json")
+        with Consumer(conn, [Queue("acks")], callbacks=[lambda _b, m: got.append(m)],
+                      accept=["json"]):  # fmt: skip
+            conn.drain_events(timeout=5)
+            assert len(got) == 1
+            free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+            ballast.write_bytes(b"\0" * free)  # every byte: not even a journal fits
+            caplog.set_level(logging.WARNING, logger="kombu_sqlqueue")
+            got[0].ack()  # type: ignore[attr-defined]  # must not raise
+            assert conn.transport.pending and len(conn.transport.pending) == 1
+            refusals = [r for r in caplog.records if "cannot settle" in r.getMessage()]
+            assert len(refusals) == 1 and "full" in refusals[0].getMessage()
+            with pytest.raises(TimeoutError):  # a poll retries it: still refused, quietly
+                conn.drain_events(timeout=0.2)
+            assert len(conn.transport.pending) == 1
+            assert len([r for r in caplog.records if "cannot settle" in r.getMessage()]) == 1
+
+            ballast.unlink()
+            with pytest.raises(TimeoutError):  # the next poll writes it: nothing redelivered
+                conn.drain_events(timeout=0.3)
+            assert len(got) == 1 and len(conn.transport.pending) == 0
+            assert any("settling deliveries again" in r.getMessage() for r in caplog.records)
+    with sqlite3.connect(db) as check:
+        assert check.execute("SELECT COUNT(*) FROM askr_jobs").fetchone() == (0,)
+
+
 def test_sqlite_read_only_file_is_a_named_error(tmp_path: Path) -> None:
     db = tmp_path / "queue.db"
     url = f"sqlite:///{db}"
