@@ -17,6 +17,7 @@ from .exceptions import (
     PayloadError,
 )
 from .handlers import HandlerRegistry, handles
+from .job import Job, MalformedJob
 from .payload import JobCommand, ModelIdentifier, Payload
 from .php_serialize import (
     PhpEnum,
@@ -30,7 +31,7 @@ from .php_serialize import (
     protected,
 )
 from .tables import JobTable, open_table
-from .worker import Job, JobTimedOut, MalformedJob, MaxAttemptsExceeded, Worker, WorkerOptions
+from .worker import JobTimedOut, MaxAttemptsExceeded, Worker, WorkerOptions
 
 __all__ = [
     "DecryptError",

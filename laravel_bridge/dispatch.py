@@ -10,23 +10,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from kombu_sqlqueue.exceptions import InvalidQueueName
-from kombu_sqlqueue.store.names import validate_queue_name
-
 from .encryption import Encrypter
-from .exceptions import LaravelBridgeError, PayloadError
-from .payload import CARBON_CLASSES, MAX_DELAY_SECONDS, JobCommand, Payload, date_from_php
-from .php_serialize import PhpObject
+from .exceptions import LaravelBridgeError
+from .payload import DEFAULT_QUEUE, JobCommand, Payload, delay_seconds, unix_time
 from .tables import JobTable, PushJob, open_table
-
-#: Laravel's ``database`` connection default queue.
-DEFAULT_QUEUE = "default"
 
 #: A chained job: a built command, or ``(class_name, properties)``.
 ChainLink = JobCommand | tuple[str, Mapping[str, Any]]
@@ -39,45 +31,6 @@ class Dispatched:
     id: int
     uuid: str
     queue: str
-
-
-def _seconds(delay: Any, now: float | None = None) -> float:
-    """A delay (seconds, ``timedelta``, or the ``datetime`` it ends at) in seconds, at most
-    :data:`~laravel_bridge.payload.MAX_DELAY_SECONDS` (``available_at`` is 32-bit)."""
-    if delay is None:
-        return 0.0
-    if isinstance(delay, datetime):
-        if delay.tzinfo is None:
-            raise LaravelBridgeError("a delay datetime needs a time zone")
-        delay = max(0.0, delay.timestamp() - (now if now is not None else time.time()))
-    elif isinstance(delay, timedelta):
-        delay = delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise LaravelBridgeError(
-            f"delay must be seconds, a timedelta or a datetime, got {type(delay).__name__}"
-        )
-    if not 0 <= delay <= MAX_DELAY_SECONDS:  # NaN fails both comparisons
-        raise LaravelBridgeError(
-            f"delay must be >= 0 seconds and at most {MAX_DELAY_SECONDS} (a year), got {delay!r}"
-        )
-    return float(delay)
-
-
-def _timestamp(value: Any, what: str) -> int | None:
-    """``retryUntil`` as Laravel writes it: whole unix seconds."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise LaravelBridgeError(f"{what} datetime needs a time zone")
-        return int(value.timestamp())
-    if isinstance(value, PhpObject) and value.class_name in CARBON_CLASSES:
-        return int(date_from_php(value).timestamp())
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PayloadError(f"{what} must be a unix time or a datetime, got {value!r}")
-    if not -(2**63) <= value < 2**63:  # inf included; a JSON number PHP can hold
-        raise PayloadError(f"{what} {value!r} is out of range for a unix time")
-    return int(value)
 
 
 class LaravelQueue:
@@ -145,7 +98,7 @@ class LaravelQueue:
             )
         if encrypt and self.encrypter is None:
             raise LaravelBridgeError("encrypt=True needs the app key: LaravelQueue(app_key=…)")
-        seconds = _seconds(delay)
+        seconds = delay_seconds(delay)
         links = [
             link if isinstance(link, JobCommand) else JobCommand.build(link[0], link[1])
             for link in chain
@@ -165,10 +118,10 @@ class LaravelQueue:
             fail_on_timeout=fail_on_timeout,
             backoff=list(backoff) if isinstance(backoff, Sequence) else backoff,
             timeout=timeout,
-            retry_until=_timestamp(retry_until, "retry_until"),
+            retry_until=unix_time(retry_until, "retry_until"),
             encrypter=self.encrypter if encrypt else None,
         )
-        return PushJob(queue or DEFAULT_QUEUE, _utf8(payload), seconds, payload.uuid)
+        return PushJob(queue or DEFAULT_QUEUE, payload.to_stored_json(), seconds, payload.uuid)
 
     def dispatch(
         self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any
@@ -199,86 +152,3 @@ class LaravelQueue:
 
     def close(self) -> None:
         self.table.close()
-
-
-def _backoff_of(obj: PhpObject) -> str | None:
-    """Queue::getJobBackoff for a job whose class is known only by its properties."""
-    backoff = obj.get("backoff")
-    if backoff is None:
-        return None
-    items = list(backoff.values()) if isinstance(backoff, dict) else backoff
-    if not isinstance(items, list):
-        items = [items]
-    return ",".join(str(b) for b in items)
-
-
-def chain_successor(
-    command: JobCommand, encrypter: Encrypter | None = None, now: float | None = None
-) -> PushJob | None:
-    """The next job of ``command``'s chain, as Laravel's ``Queueable::dispatchNextJobInChain``
-    makes it: the rest of the chain and the chain's connection/queue carried over.
-
-    Payload keys come from the next job's *properties* (``tries``, ``backoff``,
-    ``timeout``, ``maxExceptions``, ``failOnTimeout``, ``retryUntil``); a PHP
-    class that defines them as methods instead is not visible from Python.
-    """
-    chained = command.obj.get("chained") or []
-    if not isinstance(chained, (list, dict)):
-        raise PayloadError(f"the command's chained is a {type(chained).__name__}, not a list")
-    items = list(chained.values()) if isinstance(chained, dict) else list(chained)
-    if not items:
-        return None
-    successor = JobCommand.loads(items[0])
-    obj, this = successor.obj, command.obj
-    _set(obj, "chained", items[1:])
-    _set(obj, "connection", obj.get("connection") or this.get("chainConnection"))
-    _set(obj, "queue", obj.get("queue") or this.get("chainQueue"))
-    for name in ("chainConnection", "chainQueue", "chainCatchCallbacks"):
-        _set(obj, name, this.get(name))
-    retry_until = _timestamp(obj.get("retryUntil"), "the next job's retryUntil")
-    payload = Payload.build(
-        successor,
-        max_tries=obj.get("tries"),
-        max_exceptions=obj.get("maxExceptions"),
-        fail_on_timeout=bool(obj.get("failOnTimeout") or False),
-        backoff=_backoff_of(obj),
-        timeout=obj.get("timeout"),
-        retry_until=retry_until,
-        encrypter=encrypter,
-    )
-    delay = obj.get("delay")
-    if isinstance(delay, PhpObject) and delay.class_name in CARBON_CLASSES:
-        delay = date_from_php(delay)
-    elif isinstance(delay, PhpObject):  # a CarbonInterval / DateInterval
-        raise PayloadError(
-            f"the next job's delay is a {delay.class_name}, which Python cannot read"
-        )
-    try:
-        seconds = _seconds(delay, now)
-    except LaravelBridgeError as exc:
-        raise PayloadError(f"the next job's delay: {exc}") from exc
-    queue = obj.get("queue") or DEFAULT_QUEUE
-    try:
-        validate_queue_name(queue)
-    except InvalidQueueName as exc:
-        raise PayloadError(f"the next job's queue: {exc}") from exc
-    return PushJob(queue, _utf8(payload), seconds, payload.uuid)
-
-
-def _utf8(payload: Payload) -> str:
-    """The payload's JSON, refused when it cannot be stored as UTF-8 text (bytes that are not
-    UTF-8 in a property), as Laravel refuses it with InvalidPayloadException."""
-    text = payload.to_json()
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PayloadError(
-            f"the job holds bytes that are not UTF-8 text, which a Laravel payload cannot carry: "
-            f"{exc}"
-        ) from exc
-    return text
-
-
-def _set(obj: PhpObject, name: str, value: Any) -> None:
-    key = obj._mangled(name)
-    obj.properties[name if key is None else key] = value

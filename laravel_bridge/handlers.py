@@ -14,17 +14,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .exceptions import LaravelBridgeError
-
-if TYPE_CHECKING:
-    from .worker import Job
+from .job import Job
 
 #: ``on_failure(properties, exception, uuid)``, like a Laravel job's ``failed()``.
 FailureHook = Callable[[dict[str, Any], BaseException, str], Any]
 
-F = TypeVar("F", bound=Callable[["Job"], Any])
+F = TypeVar("F", bound=Callable[[Job], Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +93,7 @@ REGISTRY = HandlerRegistry()
 def handles(class_name: str, *, on_failure: FailureHook | None = None) -> Callable[[F], F]:
     """Register the decorated function as the handler of PHP job class ``class_name``.
 
-    The function receives a :class:`~laravel_bridge.worker.Job`. ``on_failure``
+    The function receives a :class:`~laravel_bridge.job.Job`. ``on_failure``
     is called with ``(properties, exception, uuid)`` when the job fails for good.
     """
     return REGISTRY.handles(class_name, on_failure=on_failure)

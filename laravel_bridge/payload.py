@@ -17,6 +17,7 @@ import json
 import math
 import re
 import reprlib
+import time
 import uuid as uuid_module
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from kombu_sqlqueue.limits import MAX_JSON_DEPTH, json_depth_exceeds
 from . import php_serialize
 from .encryption import Encrypter, looks_encrypted
 from .exceptions import (
+    LaravelBridgeError,
     PayloadError,
     PayloadTooDeep,
     PayloadTooLarge,
@@ -36,6 +38,8 @@ from .exceptions import (
 )
 from .php_serialize import PhpObject, plain_name
 
+#: Laravel's ``database`` connection default queue.
+DEFAULT_QUEUE = "default"
 #: The handler Laravel names in ``job`` for every queued command object.
 CALL_QUEUED_HANDLER = "Illuminate\\Queue\\CallQueuedHandler@call"
 #: ``Illuminate\\Bus\\Queueable``'s properties, in declaration order.
@@ -163,6 +167,45 @@ def date_to_php(value: datetime, class_name: str = "Carbon\\Carbon") -> PhpObjec
         kind, name = 1, f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
     date = value.strftime("%Y-%m-%d %H:%M:%S.%f")
     return PhpObject(class_name, {"date": date, "timezone_type": kind, "timezone": name})
+
+
+def delay_seconds(delay: Any, now: float | None = None) -> float:
+    """A delay (seconds, ``timedelta``, or the ``datetime`` it ends at) in seconds, at most
+    :data:`MAX_DELAY_SECONDS` (``available_at`` is 32-bit)."""
+    if delay is None:
+        return 0.0
+    if isinstance(delay, datetime):
+        if delay.tzinfo is None:
+            raise LaravelBridgeError("a delay datetime needs a time zone")
+        delay = max(0.0, delay.timestamp() - (now if now is not None else time.time()))
+    elif isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise LaravelBridgeError(
+            f"delay must be seconds, a timedelta or a datetime, got {type(delay).__name__}"
+        )
+    if not 0 <= delay <= MAX_DELAY_SECONDS:  # NaN fails both comparisons
+        raise LaravelBridgeError(
+            f"delay must be >= 0 seconds and at most {MAX_DELAY_SECONDS} (a year), got {delay!r}"
+        )
+    return float(delay)
+
+
+def unix_time(value: Any, what: str) -> int | None:
+    """``retryUntil`` as Laravel writes it: whole unix seconds (``what`` names it in errors)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise LaravelBridgeError(f"{what} datetime needs a time zone")
+        return int(value.timestamp())
+    if isinstance(value, PhpObject) and value.class_name in CARBON_CLASSES:
+        return int(date_from_php(value).timestamp())
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise PayloadError(f"{what} must be a unix time or a datetime, got {value!r}")
+    if not -(2**63) <= value < 2**63:  # inf included; a JSON number PHP can hold
+        raise PayloadError(f"{what} {value!r} is out of range for a unix time")
+    return int(value)
 
 
 _REPR = reprlib.Repr()
@@ -425,6 +468,19 @@ class Payload:
     def to_json(self) -> str:
         """The payload as Laravel's ``json_encode`` writes it."""
         return laravel_json(self.data)
+
+    def to_stored_json(self) -> str:
+        """:meth:`to_json`, refused when it cannot be stored as UTF-8 text (bytes that are not
+        UTF-8 in a property), as Laravel refuses it with InvalidPayloadException."""
+        text = self.to_json()
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                "the job holds bytes that are not UTF-8 text, which a Laravel payload cannot "
+                f"carry: {exc}"
+            ) from exc
+        return text
 
     # Laravel's keys, read-only views.
     @property

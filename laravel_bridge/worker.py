@@ -42,24 +42,18 @@ import time
 import traceback
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
 from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
 
 from .encryption import Encrypter
-from .exceptions import LaravelBridgeError, PayloadError
+from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
-from .payload import (
-    CALL_QUEUED_HANDLER,
-    MAX_DELAY_SECONDS,
-    MAX_PAYLOAD_BYTES,
-    JobCommand,
-    Payload,
-    short_repr,
-)
+from .job import Job, MalformedJob, chain_successor, parse_job
+from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
 from .tables import MAX_LARAVEL_ATTEMPTS, JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
@@ -84,15 +78,6 @@ class JobTimedOut(BaseException):
 
 class MaxAttemptsExceeded(LaravelBridgeError):
     """A job has been attempted too many times or ran too long."""
-
-
-class MalformedJob(LaravelBridgeError):
-    """A stored job cannot be read: it goes to the failed table with this reason."""
-
-    def __init__(self, message: str | None = None, uuid: str | None = None) -> None:
-        super().__init__(message)
-        #: The payload's uuid when it has a usable one (the failed row keeps it).
-        self.uuid = uuid
 
 
 @dataclass
@@ -147,50 +132,6 @@ class WorkerOptions:
             raise LaravelBridgeError("sleep, rest, max_time and unknown_delay must be >= 0")
 
 
-@dataclass
-class Job:
-    """What a handler receives: one delivery of a Laravel job.
-
-    ``properties`` are the command's own properties by plain name (visibility
-    stripped) as Python values; ``command`` is the decoded object (None for a
-    job pushed without one). A handler may call :meth:`release`, :meth:`fail`
-    or :meth:`delete`; otherwise returning settles the job as done.
-    """
-
-    id: int
-    name: str
-    queue: str
-    attempts: int
-    uuid: str
-    payload: Payload
-    command: JobCommand | None
-    properties: dict[str, Any]
-    #: Set by :meth:`release` / :meth:`fail` / :meth:`delete`.
-    outcome: tuple[str, Any] | None = field(default=None, repr=False)
-
-    def release(self, delay: float | timedelta = 0) -> None:
-        """Put the job back on its queue after ``delay`` seconds (the attempt counts)."""
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        self.outcome = ("release", max(0.0, seconds))
-
-    def fail(self, reason: BaseException | str | None = None) -> None:
-        """Fail the job now: it goes to the failed table."""
-        self.outcome = ("fail", reason)
-
-    def delete(self) -> None:
-        """Settle the job as done (what returning does)."""
-        self.outcome = ("delete", None)
-
-
-@dataclass
-class _Parsed:
-    name: str
-    uuid: str
-    payload: Payload
-    command: JobCommand | None
-    properties: dict[str, Any]
-
-
 def exception_text(exc: BaseException) -> str:
     """The failed table's ``exception`` column: ``Type: message`` first (as PHP's
     ``(string) $exception`` starts), then the traceback."""
@@ -223,17 +164,6 @@ def _printable(name: str) -> str:
     if name.isprintable():
         return name
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-
-
-def _uuid_problem(uuid: object) -> str | None:
-    """Why the payload's ``uuid`` cannot be the failed row's uuid, or None if it can."""
-    if not isinstance(uuid, str) or not uuid:
-        return "payload has no 'uuid'"
-    if len(uuid) > 255:
-        return "payload 'uuid' is longer than failed_jobs.uuid holds (255)"
-    if "\0" in uuid or not uuid.isprintable():
-        return f"payload 'uuid' {uuid[:60]!r} holds characters a uuid column cannot store"
-    return None
 
 
 class Worker:
@@ -400,47 +330,14 @@ class Worker:
             stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
             self.output(f"[{stamp}][{job.id}] {status + ':':<11} {_printable(name)}")
 
-    def _parse(self, job: ReservedJob) -> _Parsed:
+    def _parse(self, job: ReservedJob) -> Job:
         """The job in a reserved row, or :class:`MalformedJob` saying why there is none."""
-        try:
-            payload = Payload.parse(job.payload, max_bytes=self.options.max_payload)
-        except PayloadError as exc:
-            raise MalformedJob(str(exc)) from exc
-        problem = _uuid_problem(payload.uuid)
-        if problem is not None:
-            raise MalformedJob(problem)
-        uuid = str(payload.uuid)
-        command: JobCommand | None = None
-        named = payload.command_name if payload.job == CALL_QUEUED_HANDLER else None
-        if isinstance(named, str) and named.strip("\\") and self.handlers.get(named) is None:
-            # Not ours to run: its command is left to the worker that knows the class, so a
-            # job Laravel runs (nested deeper than this worker reads, say) is not failed here.
-            properties: dict[str, Any] = {}
-            name = named
-        elif payload.job == CALL_QUEUED_HANDLER:
-            try:
-                command = payload.command(self.encrypter)
-                properties = command.properties
-            except LaravelBridgeError as exc:
-                raise MalformedJob(f"cannot decode data.command: {exc}", uuid) from exc
-            name = named if isinstance(named, str) and named else command.class_name
-        else:
-            # A job pushed as "Class@method" with plain data (Queue::push('Class', $data)).
-            name = payload.job.split("@", 1)[0]
-            data = payload.data.get("data")
-            properties = dict(data) if isinstance(data, dict) else {"data": data}
-        if not name.strip("\\"):
-            raise MalformedJob(f"payload names no job class ({short_repr(payload.job)})", uuid)
-        for key in ("maxTries", "maxExceptions", "timeout", "retryUntil"):
-            value = payload.data.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                shown = short_repr(value)
-                raise MalformedJob(f"payload {key} is {shown}, not an integer", uuid)
-        try:
-            payload.backoff  # noqa: B018 — validates the backoff text
-        except PayloadError as exc:
-            raise MalformedJob(str(exc), uuid) from exc
-        return _Parsed(name, uuid, payload, command, properties)
+        return parse_job(
+            job,
+            max_bytes=self.options.max_payload,
+            encrypter=self.encrypter,
+            handled=lambda name: self.handlers.get(name) is not None,
+        )
 
     def process(self, job: ReservedJob) -> None:
         """Run one reserved job and settle it (Laravel's ``Worker::process``).
@@ -481,28 +378,18 @@ class Worker:
         self._run_handler(job, parsed, handler)
         return True
 
-    def _run_handler(self, job: ReservedJob, parsed: _Parsed, handler: Handler) -> None:
-        context = Job(
-            job.id,
-            parsed.name,
-            job.queue,
-            job.attempts,
-            parsed.uuid,
-            parsed.payload,
-            parsed.command,
-            parsed.properties,
-        )
+    def _run_handler(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
         timeout = (
             parsed.payload.timeout if parsed.payload.timeout is not None else (self.options.timeout)
         )
         try:
             with self._time_limit(timeout):
-                handler.handle(context)
+                handler.handle(parsed)
         except JobTimedOut as exc:
             self._after_exception(job, parsed, exc, handler, timed_out=True)
             return
         except Exception as exc:
-            if context.outcome is not None:
+            if parsed.outcome is not None:
                 # The handler settled its job, then raised: its settlement stands (Laravel's
                 # handleJobException leaves a deleted, released or failed job as it is).
                 logger.error(
@@ -512,19 +399,17 @@ class Worker:
                     exc,
                     exc_info=(type(exc), exc, exc.__traceback__),
                 )
-                self._apply_outcome(job, parsed, context, handler)
+                self._apply_outcome(job, parsed, handler)
                 return
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
-        self._after_success(job, parsed, context, handler)
+        self._after_success(job, parsed, handler)
 
     # -- outcomes -------------------------------------------------------------------
 
-    def _after_success(
-        self, job: ReservedJob, parsed: _Parsed, context: Job, handler: Handler
-    ) -> None:
-        if context.outcome is not None and context.outcome[0] != "delete":
-            self._apply_outcome(job, parsed, context, handler)
+    def _after_success(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
+        if parsed.outcome is not None and parsed.outcome[0] != "delete":
+            self._apply_outcome(job, parsed, handler)
             return
         try:
             then = self._next_in_chain(parsed)
@@ -543,12 +428,10 @@ class Worker:
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
 
-    def _apply_outcome(
-        self, job: ReservedJob, parsed: _Parsed, context: Job, handler: Handler
-    ) -> None:
+    def _apply_outcome(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
         """Settle as the handler asked with ``job.release()`` / ``fail()`` / ``delete()``."""
-        assert context.outcome is not None
-        kind, arg = context.outcome
+        assert parsed.outcome is not None
+        kind, arg = parsed.outcome
         if kind == "release":
             self._release(job, parsed, float(arg))
         elif kind == "fail":
@@ -584,7 +467,7 @@ class Worker:
     def _after_exception(
         self,
         job: ReservedJob,
-        parsed: _Parsed,
+        parsed: Job,
         exc: BaseException,
         handler: Handler,
         *,
@@ -623,7 +506,7 @@ class Worker:
             return
         self._release(job, parsed, self._backoff(job, parsed))
 
-    def _fail_if_already_exceeded(self, job: ReservedJob, parsed: _Parsed) -> None:
+    def _fail_if_already_exceeded(self, job: ReservedJob, parsed: Job) -> None:
         payload = parsed.payload
         too_many = MaxAttemptsExceeded(
             f"{parsed.name} has been attempted too many times or run too long. "
@@ -646,12 +529,12 @@ class Worker:
         cap = self.options.attempts_cap or MAX_LARAVEL_ATTEMPTS
         return min(cap, MAX_LARAVEL_ATTEMPTS) if self.table.layout == "laravel" else cap
 
-    def _cap_reached(self, parsed: _Parsed) -> MaxAttemptsExceeded:
+    def _cap_reached(self, parsed: Job) -> MaxAttemptsExceeded:
         return MaxAttemptsExceeded(
             f"{parsed.name} reached the worker's safety cap of {self._attempts_cap} attempts"
         )
 
-    def _max_exceptions_reached(self, parsed: _Parsed) -> bool:
+    def _max_exceptions_reached(self, parsed: Job) -> bool:
         limit = parsed.payload.max_exceptions
         if limit is None:
             return False
@@ -665,13 +548,13 @@ class Worker:
             return False
         return True
 
-    def _backoff(self, job: ReservedJob, parsed: _Parsed) -> int:
+    def _backoff(self, job: ReservedJob, parsed: Job) -> int:
         """Laravel's ``calculateBackoff``: the entry for this attempt, else the last."""
         backoff = parsed.payload.backoff or list(self.options.backoff) or [0]
         index = job.attempts - 1
         return max(0, int(backoff[index] if 0 <= index < len(backoff) else backoff[-1]))
 
-    def _release(self, job: ReservedJob, parsed: _Parsed, delay: float) -> None:
+    def _release(self, job: ReservedJob, parsed: Job, delay: float) -> None:
         delay = min(max(0.0, delay), MAX_DELAY_SECONDS)  # available_at is a 32-bit column
         if job.attempts >= self._attempts_cap:
             # Never released past the cap: on Laravel's table attempts is a TINYINT, and a
@@ -694,7 +577,7 @@ class Worker:
         )
 
     def _fail(
-        self, job: ReservedJob, parsed: _Parsed, exc: BaseException, handler: Handler | None
+        self, job: ReservedJob, parsed: Job, exc: BaseException, handler: Handler | None
     ) -> None:
         text = exception_text(exc)
         if not self._settled(
@@ -722,7 +605,7 @@ class Worker:
         else:
             logger.warning("job %s is malformed, and its reservation was taken over", job.id)
 
-    def _unknown(self, job: ReservedJob, parsed: _Parsed) -> bool:
+    def _unknown(self, job: ReservedJob, parsed: Job) -> bool:
         """A job no handler here knows: fail it, or hand it back for another worker.
 
         Handed back, it must neither come straight back to this worker nor keep it
@@ -768,7 +651,7 @@ class Worker:
         )
         return True
 
-    def _settled(self, ok: bool, operation: str, job: ReservedJob, parsed: _Parsed) -> bool:
+    def _settled(self, ok: bool, operation: str, job: ReservedJob, parsed: Job) -> bool:
         if not ok:
             logger.warning(
                 "%s of %s (job %s, attempt %d) was stale: its reservation lapsed and was "
@@ -780,12 +663,10 @@ class Worker:
             )
         return ok
 
-    def _next_in_chain(self, parsed: _Parsed) -> list[PushJob]:
+    def _next_in_chain(self, parsed: Job) -> list[PushJob]:
         """Queueable::dispatchNextJobInChain, run after a job of a chain succeeded."""
         if parsed.command is None:
             return []
-        from .dispatch import chain_successor
-
         encrypter = self.encrypter if parsed.payload.is_encrypted else None
         successor = chain_successor(parsed.command, encrypter, self.clock())
         return [] if successor is None else [successor]

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import pytest
 
 from laravel_bridge import Encrypter, JobCommand, Payload, PayloadError, PhpObject, dumps, loads
-from laravel_bridge.dispatch import chain_successor
 from laravel_bridge.encryption import looks_encrypted
 from laravel_bridge.exceptions import DecryptError, PayloadTooDeep, PayloadTooLarge
+from laravel_bridge.job import chain_successor
 from laravel_bridge.payload import (
     CALL_QUEUED_HANDLER,
     MAX_COMMAND_DEPTH,
