@@ -64,16 +64,16 @@ class QueueKeeper:
         with self._lock:
             watched = dict(self._watched)
         if watched:
-            alive = self.store.touch_queues(watched)
+            alive = self.store.topology.touch_queues(watched)
             for queue in set(watched) - alive:
                 logger.warning("queue %r had expired while this process lived; restoring", queue)
                 watched[queue][1]()
-        for queue in self.store.expired_queues():
+        for queue in self.store.topology.expired_queues():
             if queue in watched:
                 continue
-            dropped = self.store.drop_queue(queue)
+            dropped = self.store.topology.drop_queue(queue)
             logger.info("deleted expired queue %r (%d message(s))", queue, dropped)
-        for queue, count in self.store.discard_expired().items():
+        for queue, count in self.store.topology.discard_expired().items():
             logger.info("discarded %d message(s) of queue %r past their TTL", count, queue)
 
     def ensure_started(self) -> None:

@@ -389,7 +389,7 @@ class Channel(virtual.Channel):
         exchange = exchange or "amq.direct"
         super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
         etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
-        self.store.bind(exchange, etype, routing_key, queue)
+        self.store.topology.bind(exchange, etype, routing_key, queue)
         self._forget_table(exchange)
 
     def queue_unbind(
@@ -402,7 +402,7 @@ class Channel(virtual.Channel):
     ) -> None:
         exchange = exchange or "amq.direct"
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
-        self.store.unbind(exchange, routing_key, queue)
+        self.store.topology.unbind(exchange, routing_key, queue)
         self._forget_table(exchange)
 
     def queue_delete(
@@ -415,7 +415,7 @@ class Channel(virtual.Channel):
         self.state.queue_bindings_delete(queue)
         self.connection.queue_keeper.forget(queue)
         self.routes.set_message_ttl(queue, None)
-        self.store.drop_queue(queue)  # its jobs, bindings and lifetime, at once
+        self.store.topology.drop_queue(queue)  # its jobs, bindings and lifetime, at once
         return None
 
     def _forget_table(self, exchange: str) -> None:
@@ -427,7 +427,7 @@ class Channel(virtual.Channel):
         table = self.routes.fresh_table(exchange, now)
         if table is not None:
             return table
-        routes = self.store.routes(exchange)
+        routes = self.store.topology.routes(exchange)
         declared = self.state.exchanges.get(exchange)
         type_name = self.routes.learn(exchange, routes, declared["type"] if declared else None)
         kind: Any = self.exchange_types[type_name]  # an instance per channel at run time
@@ -513,7 +513,7 @@ class Channel(virtual.Channel):
             return
         # Recorded so that other processes stamp their messages to it with its TTL, and
         # the queue keepers delete it when unused (x-expires) or its expired messages.
-        self.store.declare_queue(queue, expires, ttl)
+        self.store.topology.declare_queue(queue, expires, ttl)
         keeper = self.connection.queue_keeper
         if expires is not None:
             keeper.watch(queue, expires, lambda: self._restore_queue(queue, expires, ttl))
@@ -522,10 +522,10 @@ class Channel(virtual.Channel):
 
     def _restore_queue(self, queue: str, expires: float, ttl: float | None) -> None:
         """Declare and bind again a queue of ours that expired while we stalled."""
-        self.store.declare_queue(queue, expires, ttl)
+        self.store.topology.declare_queue(queue, expires, ttl)
         for exchange, routing_key, _args in list(self.state.queue_bindings(queue)):
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
-            self.store.bind(exchange, etype, routing_key, queue)
+            self.store.topology.bind(exchange, etype, routing_key, queue)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         validate_queue_name(queue)

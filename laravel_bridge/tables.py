@@ -16,7 +16,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from kombu_sqlqueue.store import ClaimedJob, JobStore, NewJob, Receipt, StoreOptions
+from kombu_sqlqueue.store import (
+    ClaimedJob,
+    JobStore,
+    NewJob,
+    Receipt,
+    StoreOptions,
+)
+from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
     ExceptionCounter,
@@ -112,13 +119,13 @@ class JobTable(Protocol):
 
 
 class _CounterMixin:
-    _url: str
-    _options: StoreOptions
+    #: The job table's database: the counter opens on it (one pool).
+    _database: Database
     _counter: ExceptionCounter | None = None
 
     def exception_counter(self) -> ExceptionCounter:
         if self._counter is None:
-            self._counter = ExceptionCounter(self._url, options=self._options)
+            self._counter = ExceptionCounter(self._database)
         return self._counter
 
     def _close_counter(self) -> None:
@@ -139,10 +146,10 @@ class LaravelLayout(_CounterMixin):
         failed_table: str = "failed_jobs",
         options: StoreOptions | None = None,
     ) -> None:
-        self._url, self._options = url, options or StoreOptions()
         self.store = LaravelTableStore(
-            url, jobs_table=jobs_table, failed_table=failed_table, options=self._options
+            url, jobs_table=jobs_table, failed_table=failed_table, options=options
         )
+        self._database = self.store.database
 
     def push(self, job: PushJob) -> int:
         return self.store.push(job.queue, job.payload, job.delay)
@@ -183,8 +190,8 @@ class LaravelLayout(_CounterMixin):
         _sleep(seconds)
 
     def close(self) -> None:
-        self.store.close()
         self._close_counter()
+        self.store.close()
 
 
 class AskrLayout(_CounterMixin):
@@ -198,8 +205,8 @@ class AskrLayout(_CounterMixin):
     layout: Layout = "askr"
 
     def __init__(self, url: str, *, options: StoreOptions | None = None) -> None:
-        self._url, self._options = url, options or StoreOptions()
-        self.store = JobStore(url, self._options)
+        self.store = JobStore(url, options)
+        self._database = self.store.database
 
     @staticmethod
     def _new(job: PushJob) -> NewJob:
@@ -264,8 +271,8 @@ class AskrLayout(_CounterMixin):
         self.store.wait_for_jobs(seconds, queues)
 
     def close(self) -> None:
-        self.store.close()
         self._close_counter()
+        self.store.close()
 
 
 def _row(job: ReservedJob) -> LaravelRow:

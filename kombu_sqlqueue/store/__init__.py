@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .backoff import BackoffPolicy
+from .database import Database, StoreOptions, TableStore, parse_store_url
 from .model import (
     DEFAULT_MAX_ATTEMPTS,
     MAX_CLAIM,
@@ -14,7 +15,8 @@ from .model import (
     Route,
 )
 from .names import MAX_QUEUE_NAME_LENGTH, validate_queue_name
-from .store import ClaimResult, JobStore, StoreOptions, parse_store_url
+from .store import ClaimResult, JobStore
+from .topology import Topology
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -24,12 +26,15 @@ __all__ = [
     "BackoffPolicy",
     "ClaimResult",
     "ClaimedJob",
+    "Database",
     "DeadLetter",
     "JobStore",
     "NewJob",
     "Receipt",
     "Route",
     "StoreOptions",
+    "TableStore",
+    "Topology",
     "parse_store_url",
     "validate_queue_name",
 ]

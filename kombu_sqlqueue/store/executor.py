@@ -19,10 +19,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -36,7 +36,6 @@ from ..exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .engines import BaseEngine
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +65,21 @@ _CONDITION_ADVICE: dict[type[StoreConditionError], str] = {
         "this user, or grant the database user the privilege"
     ),
 }
+
+
+class ConnectionHooks(Protocol):
+    """What the executor asks of an engine (``store/engines/``): how to set up a
+    connection and run a transaction on it, and what a driver error means."""
+
+    def prepare_connection(self, conn: Any) -> None: ...
+    def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None: ...
+    def commit(self, conn: Any, cursor: Any, single: bool) -> None: ...
+    def rollback(self, conn: Any, cursor: Any, single: bool) -> None: ...
+    def schema_lock(self, conn: sa.Connection) -> AbstractContextManager[None]: ...
+    def condition_error(self, exc: BaseException) -> type[StoreConditionError] | None: ...
+    def is_busy_error(self, exc: BaseException) -> bool: ...
+    def is_connection_error(self, exc: BaseException) -> bool: ...
+    def payload_limit_hint(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +177,15 @@ class Tx:
 
 
 class Executor:
-    """Owns the connections and transactions of one :class:`~.store.JobStore`.
+    """Owns the connections and transactions of one database (shared by the stores
+    opened on it: see :class:`~.database.Database`).
 
     Thread-safe: a transaction takes an idle connection (or a new one from
     SQLAlchemy's pool) and gives it back afterwards.
     """
 
     def __init__(
-        self, engine: BaseEngine, db: sa.Engine, describe: str, reconnect_timeout: float = 60.0
+        self, engine: ConnectionHooks, db: sa.Engine, describe: str, reconnect_timeout: float = 60.0
     ) -> None:
         self.engine = engine
         self.reconnect_timeout = reconnect_timeout

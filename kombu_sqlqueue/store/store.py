@@ -1,4 +1,4 @@
-"""The job store: the one object that executes SQL and owns transactions.
+"""The contract-v1 job store.
 
 Its verbs are the contract's operations (``enqueue``, ``claim``, ``ack`` …).
 It knows nothing of Kombu: payloads are opaque bytes. Driver errors are
@@ -17,44 +17,24 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, make_url
 
-from ..exceptions import (
-    ClaimLimitExceeded,
-    ConfigurationError,
-    InvalidURL,
-    MessageTooLarge,
-    SchemaMismatch,
-)
+from ..exceptions import ClaimLimitExceeded, MessageTooLarge
 from ..limits import fit_utf8
-from .engines import ENGINES, BaseEngine
+from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
-from .engines.postgresql import SYNCHRONOUS_COMMIT_MODES
-from .engines.sqlite import SYNCHRONOUS_MODES
-from .executor import Executor, Tx
-from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt, Route
+from .executor import Tx
+from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
 from .names import validate_queue_name
-from .schema import (
-    ADDED_COLUMNS,
-    ADDITIVE_JOB_COLUMNS,
-    BINDINGS_TABLE,
-    CONTRACT_JOB_COLUMNS,
-    FAILED_TABLE,
-    JOBS_TABLE,
-    QUEUES_TABLE,
-)
+from .schema import ADD_COLUMN, CONTRACT_TABLES, TableSpec
+from .topology import Topology
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: Claim rounds at most in one claim whose rows had expired (each round discards at
 #: least one; a claim left short by more is followed by the consumer's next poll).
@@ -63,40 +43,6 @@ MAX_CLAIM_ROUNDS = 16
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
-
-
-@dataclass(frozen=True, slots=True)
-class StoreOptions:
-    """Connection-level settings of a :class:`JobStore`."""
-
-    #: Create the tables on first use (operators can switch this off and run
-    #: ``python -m kombu_sqlqueue create-tables``).
-    create_tables: bool = True
-    #: SQLite ``PRAGMA synchronous``: NORMAL (default) or FULL; see docs/configuration.md.
-    sqlite_synchronous: str = "NORMAL"
-    #: Seconds a writer waits for another writer's lock before retrying.
-    busy_timeout: float = 30.0
-    #: Seconds to keep reconnecting after a working connection is lost (server restart).
-    reconnect_timeout: float = 60.0
-    #: PostgreSQL ``synchronous_commit`` for the queue's own connections (None: the
-    #: server's setting); see docs/engines.md.
-    synchronous_commit: str | None = None
-
-    def __post_init__(self) -> None:
-        if str(self.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
-            raise ConfigurationError(
-                f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
-                f"got {self.sqlite_synchronous!r}"
-            )
-        if self.synchronous_commit is not None and self.synchronous_commit not in (
-            SYNCHRONOUS_COMMIT_MODES
-        ):
-            raise ConfigurationError(
-                f"synchronous_commit must be one of {', '.join(SYNCHRONOUS_COMMIT_MODES)}, "
-                f"got {self.synchronous_commit!r}"
-            )
-        if self.busy_timeout <= 0:
-            raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,88 +55,26 @@ class ClaimResult:
     expired: int = 0
 
 
-def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
-    """Split a store URL (``sqlite:///queue.db``) into its engine class and SQLAlchemy URL."""
-    try:
-        parsed = make_url(url)
-    except (sa_exc.ArgumentError, ValueError) as exc:
-        raise InvalidURL(f"cannot parse database URL {url!r}: {exc}") from exc
-    scheme = parsed.get_backend_name()
-    engine_cls = ENGINES.get(scheme)
-    if engine_cls is None:
-        raise InvalidURL(
-            f"database {scheme!r} in {url!r} is not supported; "
-            f"supported: {', '.join(sorted(ENGINES))} (e.g. sqlqueue+sqlite:///queue.db)"
-        )
-    engine = engine_cls()
-    return engine_cls, engine.normalize_url(parsed)
-
-
-def open_database(url: str, options: StoreOptions) -> tuple[BaseEngine, URL, sa.Engine, Executor]:
-    """The engine, SQLAlchemy URL and engine, and the one :class:`Executor` for ``url``."""
-    engine_cls, sa_url = parse_store_url(url)
-    engine = engine_cls()
-    try:
-        db = engine.create_engine(sa_url, options)
-    except ImportError as exc:  # an optional driver is missing
-        raise ConfigurationError(
-            f"the driver for {sa_url.drivername} is not installed ({exc}); "
-            f"install it with: pip install 'kombu-sqlqueue[{engine.name}]'"
-        ) from exc
-    executor = Executor(
-        engine,
-        db,
-        sa_url.render_as_string(hide_password=True),
-        reconnect_timeout=options.reconnect_timeout,
-    )
-    return engine, sa_url, db, executor
-
-
-class JobStore:
+class JobStore(TableStore):
     """Contract-v1 job table operations over one database.
 
-    Thread-safe. Every operation is one transaction, run by the store's
-    :class:`~.executor.Executor` (the only code that executes SQL).
+    Thread-safe. Every operation is one transaction, run by the database's
+    :class:`~.executor.Executor` (the only code that executes SQL). Exchange
+    bindings and queue lifetimes are :attr:`topology`'s.
     """
 
-    def __init__(self, url: str, options: StoreOptions | None = None) -> None:
-        self.options = options or StoreOptions()
-        self.engine, self.url, self._db, self._exec = open_database(url, self.options)
-        self.q = self.engine.queries
-        #: Unix-seconds clock; every operation reads it once. Tests may replace it.
-        self.clock: Callable[[], float] = time.time
-        self._schema_ready = False
-        self._schema_lock = threading.Lock()
+    def __init__(self, database: str | Database, options: StoreOptions | None = None) -> None:
+        super().__init__(database, options)
+        self.q = self.engine.queries()
+        #: Bindings and queue records, on this store's database.
+        self.topology = Topology(self)
         self._listener: Listener | None = None
         self._listener_tried = False
 
-    # -- plumbing -----------------------------------------------------------------
-
-    def _run(self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False) -> T:
-        """Run ``work`` in one transaction (creating the tables first if needed).
-
-        ``single``: ``work`` runs exactly one statement (see ``ServerEngine``).
-        """
-        if not self._schema_ready:
-            self._ensure_schema()
-        return self._exec.run(work, write=not read_only, single=single)
-
-    def ensure_ready(self) -> None:
-        """Connect, and create (or, with ``create_tables=False``, verify) the tables once."""
-        if not self._schema_ready:
-            self._ensure_schema()
-
-    def _ensure_schema(self) -> None:
-        with self._schema_lock:
-            if self._schema_ready:
-                return
-            if self.options.create_tables:
-                self.create_schema()
-            else:
-                self.verify_schema()
-            self._schema_ready = True
-
     # -- schema -------------------------------------------------------------------
+
+    def table_specs(self) -> Sequence[TableSpec]:
+        return CONTRACT_TABLES
 
     def create_schema(self) -> None:
         """Create the tables and claim index if absent; add our additive columns if missing.
@@ -199,45 +83,19 @@ class JobStore:
         """
 
         def work(conn: sa.Connection) -> None:
-            self.engine.metadata.create_all(conn, checkfirst=True)
-            self._add_missing_columns(conn)
+            self.q.metadata.create_all(conn, checkfirst=True)
+            inspector = sa.inspect(conn)
+            present: dict[str, set[str]] = {}
+            for (table, column), add in ADD_COLUMN.items():
+                if table not in present:
+                    present[table] = {c["name"] for c in inspector.get_columns(table)}
+                if column not in present[table]:
+                    conn.execute(add)
 
         self._exec.run_schema(work)
         self.verify_schema()
 
-    def _add_missing_columns(self, conn: sa.Connection) -> None:
-        inspector = sa.inspect(conn)
-        for table, columns in ((JOBS_TABLE, ADDITIVE_JOB_COLUMNS), *ADDED_COLUMNS.items()):
-            present = {c["name"] for c in inspector.get_columns(table)}
-            for name, ddl_type in columns.items():
-                if name not in present:
-                    # Identifiers are constants of the schema module; no user text here.
-                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {name} {ddl_type} NULL")
-
-    def verify_schema(self) -> None:
-        """Raise :class:`SchemaMismatch` unless both tables have every column we use."""
-        with self._exec.sa_errors(), self._db.connect() as conn:
-            inspector = sa.inspect(conn)
-            for table, needed in (
-                (JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS)),
-                (FAILED_TABLE, tuple(c.name for c in self.engine.failed.columns)),
-                (BINDINGS_TABLE, ("exchange", "routing_key", "queue", "exchange_type")),
-                (QUEUES_TABLE, ("name", "expires_seconds", "last_used_at", "message_ttl_ms")),
-            ):
-                if not inspector.has_table(table):
-                    raise SchemaMismatch(
-                        f"table {table} does not exist; create it with "
-                        "`kombu-sqlqueue create-tables URL` or set create_tables=True"
-                    )
-                present = {c["name"] for c in inspector.get_columns(table)}
-                missing = [c for c in needed if c not in present]
-                if missing:
-                    raise SchemaMismatch(f"table {table} lacks columns: {', '.join(missing)}")
-
     # -- operations ---------------------------------------------------------------
-
-    def _now(self) -> int:
-        return int(self.clock())
 
     @staticmethod
     def _deadline(clock: float, visibility: float) -> int:
@@ -248,8 +106,7 @@ class JobStore:
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`MessageTooLarge` for a payload of ``size`` bytes that the database
         would refuse (at once, naming the limit, instead of a failed statement)."""
-        if not self._schema_ready:
-            self._ensure_schema()  # a server engine learns its limit on connecting
+        self.ensure_ready()  # a server engine learns its limit on connecting
         limit = self.engine.max_payload_bytes
         if size > limit:
             raise MessageTooLarge(
@@ -285,7 +142,7 @@ class JobStore:
         row = self._job_row(job, self.clock())
 
         def work(tx: Tx) -> int:
-            return self.engine.insert_job(tx, row)
+            return self.q.insert_job(tx, row)
 
         return self._run(work, single=True)
 
@@ -299,7 +156,7 @@ class JobStore:
         def work(tx: Tx) -> list[int]:
             ids: list[int] = []
             for chunk in self._chunks(rows):
-                ids.extend(self.engine.insert_jobs(tx, chunk))
+                ids.extend(self.q.insert_jobs(tx, chunk))
             return ids
 
         return self._run(work)
@@ -363,7 +220,7 @@ class JobStore:
         for _round in range(MAX_CLAIM_ROUNDS):
             # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
             # expires_at
-            rows = self.engine.claim_rows(tx, {**params, "n": wanted - len(jobs)})
+            rows = self.q.claim_rows(tx, {**params, "n": wanted - len(jobs)})
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             past_ttl: list[int] = []
             for job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires in rows:
@@ -424,7 +281,7 @@ class JobStore:
             acked = tx.execute(self.q.job_ack, ack).rowcount == 1
             if acked:
                 for row in rows:
-                    self.engine.insert_job(tx, row)
+                    self.q.insert_job(tx, row)
             for params in claims:
                 result = self._claim_in(tx, params, max_attempts)
                 dead.append((result, params["queue"]))
@@ -455,7 +312,7 @@ class JobStore:
             if tx.execute(self.q.job_ack, params).rowcount != 1:
                 return False
             for row in rows:
-                self.engine.insert_job(tx, row)
+                self.q.insert_job(tx, row)
             return True
 
         return self._run(work, single=not rows)
@@ -478,28 +335,21 @@ class JobStore:
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
-        now = self.clock()
-        params = {
-            "id": receipt.job_id,
-            "token": receipt.token,
-            "available_at": math.ceil(now + delay) if delay > 0 else int(now),
-        }
-        return self._run(
-            lambda tx: bool(tx.execute(self.q.job_release, params).rowcount == 1), single=True
-        )
+        return self._make_ready(self.q.job_release, receipt, delay)
 
     def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Hand back a delivery that never started: ready after ``delay`` seconds, its
         attempt refunded; fenced."""
+        return self._make_ready(self.q.job_return, receipt, delay)
+
+    def _make_ready(self, query: sa.TextClause, receipt: Receipt, delay: float) -> bool:
         now = self.clock()
         params = {
             "id": receipt.job_id,
             "token": receipt.token,
             "available_at": math.ceil(now + delay) if delay > 0 else int(now),
         }
-        return self._run(
-            lambda tx: bool(tx.execute(self.q.job_return, params).rowcount == 1), single=True
-        )
+        return self._run(lambda tx: bool(tx.execute(query, params).rowcount == 1), single=True)
 
     def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
         """Extend the reservations still held; return the receipts that were.
@@ -598,129 +448,6 @@ class JobStore:
             DeadLetter(int(i), u, q, bytes(p), e, int(a), int(f)) for i, u, q, p, e, a, f in rows
         ]
 
-    # -- exchange bindings (stored, so a publish from any process reaches every queue) ----
-
-    def bind(self, exchange: str, exchange_type: str, routing_key: str, queue: str) -> None:
-        """Store the binding of ``queue`` to ``exchange`` (idempotent)."""
-        validate_queue_name(queue)
-        params = {
-            "exchange": exchange,
-            "routing_key": routing_key,
-            "queue": queue,
-            "exchange_type": exchange_type,
-            "now": self._now(),
-        }
-        self._run(lambda tx: tx.execute(self.q.binding_add, params), single=True)
-
-    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
-        """Remove one stored binding."""
-        params = {"exchange": exchange, "routing_key": routing_key, "queue": queue}
-        self._run(lambda tx: tx.execute(self.q.binding_remove, params), single=True)
-
-    def unbind_queue(self, queue: str) -> None:
-        """Remove every stored binding of ``queue``."""
-        self._run(lambda tx: tx.execute(self.q.binding_remove_queue, {"queue": queue}), single=True)
-
-    def bindings(self, exchange: str) -> list[tuple[str, str, str]]:
-        """``(routing_key, queue, exchange_type)`` of every queue bound to ``exchange``."""
-        return [(r.routing_key, r.queue, r.exchange_type) for r in self.routes(exchange)]
-
-    def routes(self, exchange: str) -> list[Route]:
-        """Every binding of ``exchange``, with its queue's message TTL (one query)."""
-        rows = self._run(
-            lambda tx: tx.execute(self.q.binding_list, {"exchange": exchange}).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        return [
-            Route(str(rk), str(q), str(t), None if ttl is None else int(ttl) / 1000.0)
-            for rk, q, t, ttl in rows
-        ]
-
-    # -- expiring queues (x-expires) ---------------------------------------------------
-
-    def declare_queue(
-        self, queue: str, expires: float | None, message_ttl: float | None = None
-    ) -> None:
-        """Record ``queue`` as used now, deleted after ``expires`` seconds unused (None:
-        never); its messages live ``message_ttl`` seconds (None: until consumed)."""
-        validate_queue_name(queue)
-        params = {
-            "name": queue,
-            "expires": None if expires is None else max(1, math.ceil(expires)),
-            "now": self._now(),
-            "message_ttl_ms": None if message_ttl is None else max(0, round(message_ttl * 1000)),
-        }
-
-        def work(tx: Tx) -> None:
-            tx.execute(self.q.queue_add, params)
-            tx.execute(self.q.queue_set, params)
-
-        self._run(work)
-
-    def touch_queues(self, queues: Collection[str]) -> set[str]:
-        """Mark ``queues`` as used now; return those that still exist (not swept)."""
-        names = sorted(set(queues))
-        if not names:
-            return set()
-        now = self._now()
-
-        def work(tx: Tx) -> set[str]:
-            touched = tx.execute_bound(self.q.queue_touch.bindparams(now=now, names=names))
-            if touched.rowcount == len(names):
-                return set(names)
-            rows = tx.execute_bound(self.q.queue_present.bindparams(names=names)).fetchall()
-            return {str(r[0]) for r in rows}
-
-        return self._run(work)
-
-    def expired_queues(self) -> list[str]:
-        """Queues unused for longer than their ``expires``."""
-        rows = self._run(
-            lambda tx: tx.execute(self.q.queue_expired, {"now": self._now()}).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        return [str(r[0]) for r in rows]
-
-    def discard_expired(self) -> dict[str, int]:
-        """Delete unclaimed messages past their TTL in every queue that has a message TTL;
-        return how many went per queue. (A message with its own expiry in a queue without
-        one is discarded when a consumer reaches it, as AMQP does.)"""
-        now = self._now()
-        queues = self._run(
-            lambda tx: tx.execute(self.q.queue_with_message_ttl, {}).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        discarded: dict[str, int] = {}
-        for name, ttl_ms in queues:
-            params = {
-                "queue": str(name),
-                "now": now,
-                "created_before": now - math.ceil(int(ttl_ms) / 1000.0) - 1,
-            }
-
-            def work(tx: Tx, params: dict[str, Any] = params) -> int:
-                return int(tx.execute(self.q.queue_discard_expired, params).rowcount)
-
-            count = self._run(work, single=True)
-            if count:
-                discarded[str(name)] = count
-        return discarded
-
-    def drop_queue(self, queue: str) -> int:
-        """Delete ``queue``: its jobs (held ones too), its bindings and its record, in one
-        transaction; return how many jobs went."""
-        params = {"queue": queue, "name": queue}
-
-        def work(tx: Tx) -> int:
-            tx.execute(self.q.binding_remove_queue, params)
-            tx.execute(self.q.queue_forget, params)
-            return int(tx.execute(self.q.queue_delete, params).rowcount)
-
-        return self._run(work)
-
     def get_job(self, job_id: int) -> dict[str, Any] | None:
         """The raw row of one job, for inspection and tests; None if it is gone."""
 
@@ -752,4 +479,4 @@ class JobStore:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        self._exec.close()
+        super().close()

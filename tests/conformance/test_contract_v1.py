@@ -402,10 +402,10 @@ def test_ttl_of_zero_lives_under_a_second(store: JobStore, clock: Clock) -> None
 def test_queue_message_ttl_is_swept_unconsumed_and_read_with_bindings(
     store: JobStore, clock: Clock
 ) -> None:
-    store.declare_queue("monitor", None, message_ttl=5)
-    store.bind("events", "topic", "#", "monitor")
-    store.bind("events", "topic", "#", "no-ttl")
-    routes = {r.queue: r.message_ttl for r in store.routes("events")}
+    store.topology.declare_queue("monitor", None, message_ttl=5)
+    store.topology.bind("events", "topic", "#", "monitor")
+    store.topology.bind("events", "topic", "#", "no-ttl")
+    routes = {r.queue: r.message_ttl for r in store.topology.routes("events")}
     assert routes == {"monitor": 5.0, "no-ttl": None}
     # Stamped by a publisher that read the TTL, or not (its created_at then counts).
     store.enqueue(job("monitor", b"stamped", expires_in=5))
@@ -413,20 +413,20 @@ def test_queue_message_ttl_is_swept_unconsumed_and_read_with_bindings(
     store.enqueue(job("monitor", b"held"))
     store.enqueue(job("no-ttl", b"stays"))
     held = store.claim("monitor", 1, 600).jobs
-    assert store.discard_expired() == {}
+    assert store.topology.discard_expired() == {}
     clock.advance(4)
     store.enqueue(job("monitor", b"young"))
     clock.advance(3)
-    assert store.discard_expired() == {"monitor": 2}
+    assert store.topology.discard_expired() == {"monitor": 2}
     left = sorted(bytes(r[0]) for r in raw(store, "SELECT payload FROM askr_jobs"))
     assert left == sorted([held[0].payload, b"young", b"stays"])  # held: its holder settles
 
 
 def test_declaring_again_updates_the_message_ttl(store: JobStore) -> None:
-    store.declare_queue("r", 10, message_ttl=300)
-    store.declare_queue("r", 10, message_ttl=None)
-    store.bind("x", "direct", "r", "r")
-    assert [r.message_ttl for r in store.routes("x")] == [None]
+    store.topology.declare_queue("r", 10, message_ttl=300)
+    store.topology.declare_queue("r", 10, message_ttl=None)
+    store.topology.bind("x", "direct", "r", "r")
+    assert [r.message_ttl for r in store.topology.routes("x")] == [None]
 
 
 # -- backlog, size, purge, delete, sweep ---------------------------------------------

@@ -110,7 +110,7 @@ def test_any_stored_rows_are_delivered_or_dead_lettered_and_the_consumer_never_r
 
 
 def attempts_of(store: JobStore) -> dict[str, int]:
-    jobs = store.engine.jobs
+    jobs = store.q.jobs
     with store._db.connect() as c:  # a test-side read of every row
         rows = c.execute(jobs.select().order_by(jobs.c.id)).mappings().all()
     return {

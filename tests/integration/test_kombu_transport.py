@@ -314,6 +314,6 @@ def test_a_forked_child_neither_duplicates_nor_deletes_what_its_parent_holds(
                 os._exit(0)
         assert os.waitpid(pid, 0)[1] == 0
         assert store.size("work") == 1  # the parent's held message was not written twice
-        assert store.bindings("ev.fork") == [("#", "parent.events", "topic")]
+        assert store.topology.bindings("ev.fork") == [("#", "parent.events", "topic")]
     conn.release()
     assert store.size("work") == 2

@@ -153,7 +153,7 @@ def test_a_queue_declared_again_without_a_ttl_is_no_longer_stamped(
         publisher = Producer(publisher_conn.channel())
         publisher.publish({"n": 1}, exchange=exchange, routing_key="re", declare=[exchange])
         assert expires_at(store, "re.q")[0] is not None  # the publisher learnt the TTL
-        store.drop_queue("re.q")
+        store.topology.drop_queue("re.q")
         Queue("re.q", exchange, routing_key="re")(connect().channel()).declare()  # no TTL now
         time.sleep(0.3)  # the publisher's bindings cache period
         publisher.publish({"n": 2}, exchange=exchange, routing_key="re")

@@ -9,7 +9,7 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from ...exceptions import StoreConditionError
-from ..schema import build_metadata
+from ..schema import MAX_LARAVEL_ATTEMPTS, build_metadata, laravel_tables
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -36,8 +36,35 @@ class Listener:
         """Release the listening connection."""
 
 
+#: Columns an enqueue writes (the rest take their defaults).
+ENQUEUE_COLUMNS = (
+    "queue",
+    "payload",
+    "priority",
+    "available_at",
+    "max_attempts",
+    "created_at",
+    "uuid",
+    "expires_at",
+)
+
+
 class Queries:
-    """Named SQL statements. An engine subclasses this and overrides what differs."""
+    """One engine's named statements, for both table layouts, under the same names in
+    every engine; an engine subclasses this and overrides what differs, saying why.
+
+    * Contract v1 (``askr_*`` tables, fixed names): class attributes (``job_*``,
+      ``queue_*``, ``binding_*``, ``dead_letter_*``) and the methods below them for
+      statements that differ between engines by more than their text.
+    * Laravel's ``jobs``/``failed_jobs`` (names per app: Laravel's
+      ``queue.connections.database.table``): ``laravel_*``, built by ``__init__`` with
+      SQLAlchemy Core for the table pair, compiled once per store by the executor.
+
+    One instance per store; the contract statements are shared by every instance.
+    """
+
+    #: The engine's clock in unix seconds, for column defaults only.
+    now_sql: ClassVar[str] = "0"
 
     # Contract v1's claim, with its "ready" predicate split in two: the
     # written-as-one `reserved_until IS NULL OR reserved_until <= now` makes
@@ -216,43 +243,17 @@ class Queries:
         """
     )
 
+    # -- one instance per store ---------------------------------------------------------
 
-#: Columns an enqueue writes (the rest take their defaults).
-ENQUEUE_COLUMNS = (
-    "queue",
-    "payload",
-    "priority",
-    "available_at",
-    "max_attempts",
-    "created_at",
-    "uuid",
-    "expires_at",
-)
-
-
-def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Flatten ``rows`` into the parameters of :meth:`BaseEngine.job_enqueue_many`."""
-    return {f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in ENQUEUE_COLUMNS}
-
-
-class BaseEngine:
-    """What every engine shares; subclasses override hooks and queries with a why-comment."""
-
-    #: URL scheme this engine serves (``sqlite``, ``postgresql`` …).
-    name: ClassVar[str] = "base"
-    #: The SQLAlchemy driver to use when the URL names none.
-    default_driver: ClassVar[str] = ""
-    #: The engine's clock in unix seconds, for column defaults only.
-    now_sql: ClassVar[str] = "0"
-    queries: ClassVar[type[Queries]] = Queries
-
-    def __init__(self) -> None:
+    def __init__(self, laravel_jobs: str = "jobs", laravel_failed: str = "failed_jobs") -> None:
         self.metadata, self.jobs, self.failed = build_metadata(self.now_sql)
         self.job_enqueue = sa.insert(self.jobs).values(
             {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
         )
+        self.laravel_jobs, self.laravel_failed = laravel_tables(laravel_jobs, laravel_failed)
+        self._build_laravel(self.laravel_jobs, self.laravel_failed)
 
-    # -- statements that differ by more than their text ---------------------------------
+    # -- contract v1: statements that differ by more than their text -------------------
 
     def insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
         """Insert one job; return its id."""
@@ -262,25 +263,126 @@ class BaseEngine:
         """Insert rows with one multi-row INSERT; return their ids in insertion order."""
         n = len(rows)
         cursor = tx.execute(
-            partial(self.job_enqueue_many, n), enqueue_many_params(rows), key=("enqueue_many", n)
+            partial(self.job_enqueue_values, n, returning=True),
+            enqueue_many_params(rows),
+            key=("enqueue_many", n),
         )
         # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
         return sorted(int(r[0]) for r in cursor.fetchall())
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
-        available_at, attempts, max_attempts, uuid, expires_at) tuples."""
-        return list(tx.execute(self.queries.job_claim, params).fetchall())
-
-    def job_enqueue_many(self, count: int) -> sa.Executable:
-        """One multi-row ``INSERT … VALUES (…), (…) RETURNING id`` for ``count`` rows.
-
-        Parameters are named ``<column>_<row>``; see :func:`enqueue_many_params`.
-        """
+    def job_enqueue_values(self, count: int, *, returning: bool) -> sa.Executable:
+        """One multi-row ``INSERT … VALUES (…), (…)`` for ``count`` rows (``RETURNING id``
+        when ``returning``). Parameters are named ``<column>_<row>``; see
+        :func:`enqueue_many_params`."""
         rows: list[dict[str, Any]] = [
             {c: sa.bindparam(f"{c}_{i}") for c in ENQUEUE_COLUMNS} for i in range(count)
         ]
-        return sa.insert(self.jobs).values(rows).returning(self.jobs.c.id)
+        insert = sa.insert(self.jobs).values(rows)
+        return insert.returning(self.jobs.c.id) if returning else insert
+
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
+        """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
+        available_at, attempts, max_attempts, uuid, expires_at) tuples."""
+        return list(tx.execute(self.job_claim, params).fetchall())
+
+    # -- Laravel's tables, with Laravel 8.83's rules (Illuminate\Queue\DatabaseQueue) --
+
+    def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
+        j = jobs.c
+        ready = sa.or_(
+            sa.and_(j.reserved_at.is_(None), j.available_at <= sa.bindparam("now")),
+            j.reserved_at <= sa.bindparam("expired"),
+        )
+        # DatabaseQueue::getNextAvailableJob. SQLAlchemy renders FOR UPDATE SKIP
+        # LOCKED on PostgreSQL and MySQL and nothing on SQLite, where BEGIN IMMEDIATE
+        # already makes the claim transaction the only writer.
+        self.laravel_pop_lock: sa.Select[Any] = (
+            sa.select(j.id, j.attempts, j.payload)
+            .where(j.queue == sa.bindparam("queue"), ready)
+            .order_by(j.id)
+            .limit(sa.bindparam("limit"))
+            .with_for_update(skip_locked=True)
+        )
+        self.laravel_pop_mark = (
+            sa.update(jobs)
+            .where(j.id == sa.bindparam("job_id"))
+            # A TINYINT holds 255: a row Laravel left there stays there (not an error that
+            # would block every later pop of the queue).
+            .values(
+                reserved_at=sa.bindparam("now"),
+                attempts=sa.case(
+                    (j.attempts < MAX_LARAVEL_ATTEMPTS, j.attempts + 1),
+                    else_=MAX_LARAVEL_ATTEMPTS,
+                ),
+            )
+        )
+        # Fenced by the attempts value the reservation wrote (see laravel_tables.py).
+        fence = sa.and_(j.id == sa.bindparam("job_id"), j.attempts == sa.bindparam("held"))
+        self.laravel_delete = sa.delete(jobs).where(fence)
+        self.laravel_insert = sa.insert(jobs).values(
+            queue=sa.bindparam("queue"),
+            attempts=sa.bindparam("attempts"),
+            reserved_at=sa.null(),
+            available_at=sa.bindparam("available_at"),
+            created_at=sa.bindparam("created_at"),
+            payload=sa.bindparam("payload"),
+        )
+        self.laravel_insert_id = self.laravel_insert.returning(j.id)
+        self.laravel_failed_insert = sa.insert(failed).values(
+            uuid=sa.bindparam("uuid"),
+            connection=sa.bindparam("connection"),
+            queue=sa.bindparam("queue"),
+            payload=sa.bindparam("payload"),
+            exception=sa.bindparam("exception"),
+            failed_at=sa.bindparam("failed_at"),
+        )
+        # DatabaseQueue::size counts every row of the queue, reserved ones too.
+        self.laravel_size = (
+            sa.select(sa.func.count()).select_from(jobs).where(j.queue == sa.bindparam("queue"))
+        )
+        self.laravel_failed_forget = sa.delete(failed).where(failed.c.uuid == sa.bindparam("uuid"))
+        self.laravel_failed_list = sa.select(failed).order_by(failed.c.id.desc())
+
+    def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
+        """The payload from the columns :attr:`laravel_pop_lock` selects after id and
+        attempts."""
+        (payload,) = found
+        return payload if isinstance(payload, str) else bytes(payload)
+
+    def laravel_insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
+        """Insert one row of Laravel's ``jobs``; return its id."""
+        return int(tx.execute(self.laravel_insert_id, row).fetchone()[0])
+
+    def laravel_insert_jobs(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows of Laravel's ``jobs`` with one statement."""
+        tx.execute_values(self.laravel_insert, rows)
+
+
+def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flatten ``rows`` into the parameters of :meth:`Queries.job_enqueue_values`."""
+    return {f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in ENQUEUE_COLUMNS}
+
+
+class BaseEngine:
+    """One database engine's connection, transaction and error hooks (what the
+    :class:`~..executor.Executor` calls: its ``ConnectionHooks``), its options, its
+    limits, and the class of its statements. Subclasses override with a why-comment.
+
+    ("Engine" here is ours; SQLAlchemy's pool-owning ``sa.Engine`` is called ``db``.)
+    """
+
+    #: URL scheme this engine serves (``sqlite``, ``postgresql`` …).
+    name: ClassVar[str] = "base"
+    #: The SQLAlchemy driver to use when the URL names none.
+    default_driver: ClassVar[str] = ""
+    #: This engine's statements (both layouts).
+    queries: ClassVar[type[Queries]] = Queries
+
+    @classmethod
+    def check_options(cls, options: Any) -> None:
+        """Raise :class:`~kombu_sqlqueue.exceptions.ConfigurationError` for a bad value of
+        an option this engine reads (``StoreOptions`` asks every engine, so a typo fails
+        whichever URL it goes with)."""
 
     @contextmanager
     def schema_lock(self, conn: sa.Connection) -> Iterator[None]:

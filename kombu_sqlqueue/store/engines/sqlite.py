@@ -10,12 +10,15 @@ Overrides, each for a reason:
   then writes can fail with "database is locked" at its first write with no
   busy wait at all (the lock upgrade would deadlock); reads use a plain
   ``BEGIN``;
-* busy errors: "database is locked" is retried by the store.
+* busy errors: "database is locked" is retried by the store;
+* Laravel's ``jobs`` pop reads the payload's bytes and storage class
+  (:class:`SQLiteQueries`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -23,15 +26,23 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL
 
 from ...exceptions import (
+    ConfigurationError,
     InvalidURL,
     StoreConditionError,
     StoreFullError,
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import BaseEngine
+from .base import BaseEngine, Queries
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: ``PRAGMA synchronous`` per mode, written out: a PRAGMA takes no bound parameter.
+_SYNCHRONOUS_PRAGMA = {
+    "OFF": "PRAGMA synchronous = OFF",
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+    "FULL": "PRAGMA synchronous = FULL",
+    "EXTRA": "PRAGMA synchronous = EXTRA",
+}
 
 #: SQLite primary result codes that are a condition of the file, not a lost connection.
 #: (SQLITE_CANTOPEN is not one: too many open files or a full temp directory pass.)
@@ -48,12 +59,53 @@ _PASSING = frozenset(
 )
 
 
+class SQLiteQueries(Queries):
+    now_sql: ClassVar[str] = "(unixepoch())"
+
+    # SQLite stores whatever it is given: a TEXT column can hold a BLOB, or text that is
+    # not UTF-8 (a PHP app writing raw bytes). Python's sqlite3 then fails the whole read
+    # ("Could not decode to UTF-8 column 'payload'") before the worker sees the row, and
+    # every pop of the queue stops there. So the pop reads the payload's bytes and its
+    # storage class, and hands back text only for text that is UTF-8; anything else comes
+    # back as bytes, for the worker to fail the row with the bytes as stored (a BLOB value
+    # written back into failed_jobs.payload keeps them byte for byte).
+    # PostgreSQL and MariaDB/MySQL (utf8mb4, strict mode) refuse invalid UTF-8 in a text
+    # column at INSERT, and have no BLOB in a TEXT column, so they need no such read.
+    def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
+        super()._build_laravel(jobs, failed)
+        j = jobs.c
+        self.laravel_pop_lock = self.laravel_pop_lock.with_only_columns(
+            j.id,
+            j.attempts,
+            sa.cast(j.payload, sa.LargeBinary).label("payload"),
+            sa.func.typeof(j.payload).label("payload_type"),
+        )
+
+    def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
+        raw, kind = found
+        raw = bytes(raw)
+        if kind == "text":
+            try:
+                return str(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        return raw
+
+
 class SQLiteEngine(BaseEngine):
     """The embedded default engine."""
 
     name: ClassVar[str] = "sqlite"
     default_driver: ClassVar[str] = "pysqlite"
-    now_sql: ClassVar[str] = "(unixepoch())"
+    queries: ClassVar[type[Queries]] = SQLiteQueries
+
+    @classmethod
+    def check_options(cls, options: Any) -> None:
+        if str(options.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
+            raise ConfigurationError(
+                f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
+                f"got {options.sqlite_synchronous!r}"
+            )
 
     def normalize_url(self, url: URL) -> URL:
         url = super().normalize_url(url)
@@ -65,10 +117,11 @@ class SQLiteEngine(BaseEngine):
         return url
 
     def create_engine(self, url: URL, options: Any) -> sa.Engine:
-        synchronous = str(options.sqlite_synchronous).upper()
-        busy_ms = int(options.busy_timeout * 1000)
+        synchronous = _SYNCHRONOUS_PRAGMA[str(options.sqlite_synchronous).upper()]
         engine = sa.create_engine(
             url,
+            # sqlite3's timeout is SQLite's busy timeout, set as the file opens: switching
+            # to WAL below needs a lock that another process creating the file may hold.
             connect_args={"timeout": options.busy_timeout, "check_same_thread": False},
             # The store keeps what it checks out; one connection per concurrent caller.
             pool_size=4,
@@ -80,11 +133,8 @@ class SQLiteEngine(BaseEngine):
             # Autocommit at the driver: we issue BEGIN ourselves (below).
             dbapi_conn.isolation_level = None
             cursor = dbapi_conn.cursor()
-            # busy_timeout first: switching to WAL needs a lock that another
-            # process creating the same file may hold.
-            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
             cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.execute(synchronous)
             cursor.close()
 
         # Schema work goes through SQLAlchemy connections: serialize it too.

@@ -1,0 +1,171 @@
+"""Opening a database, and what every store over one shares.
+
+:class:`Database` is one URL opened once: our engine (connection hooks, limits),
+SQLAlchemy's engine and pool (``db``), and the one :class:`~.executor.Executor`.
+:class:`TableStore` is the base of every store (the contract-v1 ``JobStore``,
+Laravel's ``LaravelTableStore``, the ``ExceptionCounter``): it runs work in one
+transaction, creates or verifies its tables once, and reads one clock. Stores
+opened on the same :class:`Database` share its pool.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+
+from ..exceptions import ConfigurationError, InvalidURL, SchemaMismatch
+from .engines import ENGINES, BaseEngine
+from .executor import Executor, Tx
+from .schema import TableSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Connection-level settings of a store."""
+
+    #: Create the tables on first use (operators can switch this off and run
+    #: ``python -m kombu_sqlqueue create-tables``).
+    create_tables: bool = True
+    #: SQLite ``PRAGMA synchronous``: NORMAL (default) or FULL; see docs/configuration.md.
+    sqlite_synchronous: str = "NORMAL"
+    #: Seconds a writer waits for another writer's lock before retrying.
+    busy_timeout: float = 30.0
+    #: Seconds to keep reconnecting after a working connection is lost (server restart).
+    reconnect_timeout: float = 60.0
+    #: PostgreSQL ``synchronous_commit`` for the queue's own connections (None: the
+    #: server's setting); see docs/engines.md.
+    synchronous_commit: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every engine checks the options it reads, whatever the URL: a typo fails now.
+        for engine_cls in set(ENGINES.values()):
+            engine_cls.check_options(self)
+        if self.busy_timeout <= 0:
+            raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
+
+
+def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
+    """Split a store URL (``sqlite:///queue.db``) into its engine class and SQLAlchemy URL."""
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise InvalidURL(f"cannot parse database URL {url!r}: {exc}") from exc
+    scheme = parsed.get_backend_name()
+    engine_cls = ENGINES.get(scheme)
+    if engine_cls is None:
+        raise InvalidURL(
+            f"database {scheme!r} in {url!r} is not supported; "
+            f"supported: {', '.join(sorted(ENGINES))} (e.g. sqlqueue+sqlite:///queue.db)"
+        )
+    return engine_cls, engine_cls().normalize_url(parsed)
+
+
+class Database:
+    """One database URL, opened once: share it between stores for one pool."""
+
+    def __init__(self, url: str, options: StoreOptions | None = None) -> None:
+        self.options = options or StoreOptions()
+        engine_cls, self.url = parse_store_url(url)
+        #: Ours: hooks, limits and the class of statements (see ``store/engines/``).
+        self.engine: BaseEngine = engine_cls()
+        try:
+            #: SQLAlchemy's engine: the pool.
+            self.db: sa.Engine = self.engine.create_engine(self.url, self.options)
+        except ImportError as exc:  # an optional driver is missing
+            raise ConfigurationError(
+                f"the driver for {self.url.drivername} is not installed ({exc}); "
+                f"install it with: pip install 'kombu-sqlqueue[{self.engine.name}]'"
+            ) from exc
+        self.executor = Executor(
+            self.engine,
+            self.db,
+            self.url.render_as_string(hide_password=True),
+            reconnect_timeout=self.options.reconnect_timeout,
+        )
+
+    def close(self) -> None:
+        """Close every pooled connection (the database stays usable: see Executor.close)."""
+        self.executor.close()
+
+
+class TableStore:
+    """Base of the stores: one transaction per call, tables made ready once, one clock.
+
+    ``database``: a URL (the store opens it and closes it with itself) or an open
+    :class:`Database` shared with other stores (closed by its opener).
+    """
+
+    def __init__(self, database: str | Database, options: StoreOptions | None = None) -> None:
+        self._owns_database = not isinstance(database, Database)
+        self.database = database if isinstance(database, Database) else Database(database, options)
+        self.options = self.database.options
+        self.engine = self.database.engine
+        self.url = self.database.url
+        self._db = self.database.db
+        self._exec = self.database.executor
+        #: Unix-seconds clock; every operation reads it once. Tests may replace it.
+        self.clock: Callable[[], float] = time.time
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    def _run(self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False) -> T:
+        """Run ``work`` in one transaction, making the tables ready first if needed.
+
+        ``single``: ``work`` runs exactly one statement (see ``ServerEngine``).
+        """
+        if not self._ready:
+            self.ensure_ready()
+        return self._exec.run(work, write=not read_only, single=single)
+
+    def _now(self) -> int:
+        return int(self.clock())
+
+    # -- schema -------------------------------------------------------------------
+
+    def ensure_ready(self) -> None:
+        """Connect, and create (or, with ``create_tables=False``, verify) the tables, once."""
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self.options.create_tables:
+                self.create_schema()
+            else:
+                self.verify_schema()
+            self._ready = True
+
+    def create_schema(self) -> None:
+        """Create this store's tables if absent, then verify them (idempotent, safe from
+        many processes at once)."""
+        raise NotImplementedError
+
+    def table_specs(self) -> Sequence[TableSpec]:
+        """The tables this store uses and the columns it reads."""
+        raise NotImplementedError
+
+    def verify_schema(self) -> None:
+        """Raise :class:`SchemaMismatch` unless every table has every column we use."""
+        with self._exec.sa_errors(), self._db.connect() as conn:
+            inspector = sa.inspect(conn)
+            for spec in self.table_specs():
+                if not inspector.has_table(spec.name):
+                    raise SchemaMismatch(f"table {spec.name} does not exist; {spec.create_hint}")
+                present = {c["name"] for c in inspector.get_columns(spec.name)}
+                missing = [c for c in spec.columns if c not in present]
+                if missing:
+                    raise SchemaMismatch(f"table {spec.name} lacks columns: {', '.join(missing)}")
+
+    def close(self) -> None:
+        """Close the pooled connections of a database this store opened."""
+        if self._owns_database:
+            self.database.close()
