@@ -8,27 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
 from kombu_sqlqueue.store import JobStore, Route
-
-
-@pytest.fixture
-def connect(broker_url: str) -> Iterator[Any]:
-    opened: list[Connection] = []
-
-    def make() -> Connection:
-        c = Connection(broker_url)
-        opened.append(c)
-        return c
-
-    yield make
-    for c in opened:
-        c.release()
 
 
 def bound(store: JobStore, exchange: str) -> list[tuple[str, str, str]]:

@@ -11,28 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
 from kombu_sqlqueue.store import JobStore
-
-
-@pytest.fixture
-def connect(broker_url: str) -> Iterator[Any]:
-    opened: list[Connection] = []
-
-    def make() -> Connection:
-        c = Connection(broker_url)
-        opened.append(c)
-        return c
-
-    yield make
-    for c in opened:
-        c.release()
 
 
 def later(conn: Connection, seconds: float) -> Connection:
