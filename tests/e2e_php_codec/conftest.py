@@ -2,9 +2,9 @@
 
 ``php`` is the PHP CLI: a missing ``php`` fails the tests under ``CI=true``
 and skips them elsewhere. ``run_php`` runs one of the scripts in
-``tests/php/`` with JSON lines in and out (one process per call: batch).
+``tests/e2e_php_codec/php/`` with JSON lines in and out (one process per call: batch).
 ``corpus`` is PHP's own ``serialize()`` output for every case of
-``tests/php/corpus.php``, made once per session.
+``tests/e2e_php_codec/php/corpus.php``, made once per session.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def php() -> str:
 
 @pytest.fixture(scope="session")
 def run_php(php: str) -> RunPhp:
-    """Run ``tests/php/<script>`` once: rows (dicts, or str lines) in, JSON rows out."""
+    """Run ``php/<script>`` (next to this file) once: rows (dicts, or str lines) in, JSON rows
+    out."""
 
     def run(script: str, rows: Iterable[Any], *args: str) -> list[dict[str, Any]]:
         lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]

@@ -21,7 +21,7 @@ APP_KEY = "base64:" + base64.b64encode(bytes(range(32))).decode()
 
 @dataclass
 class Laravel:
-    """Runs ``tests/laravel/php/harness.php`` with the real Illuminate components."""
+    """Runs ``tests/e2e_laravel/php/harness.php`` with the real Illuminate components."""
 
     php: str
     workdir: Path

@@ -17,7 +17,7 @@ from laravel_bridge.php_serialize import PhpObject, PhpReference, PhpSerializabl
 
 RunPhp = Callable[..., list[dict[str, Any]]]
 
-PHP_DIR = Path(__file__).resolve().parent.parent / "php"
+PHP_DIR = Path(__file__).resolve().parent / "php"
 #: Random doubles PHP draws for the corpus (seeded), besides the listed floats.
 CORPUS_RANDOM_DOUBLES = 2000
 CORPUS_SEED = 20240611

@@ -1,5 +1,5 @@
 """The codec against PHP's own ``serialize()`` output, made by PHP at test time
-(``tests/php/corpus.php``), in both directions:
+(``tests/e2e_php_codec/php/corpus.php``), in both directions:
 
 * PHP → Python: every corpus case decodes, and ``dumps(loads(x)) == x`` byte for byte;
 * Python → PHP: PHP unserializes Python's re-encoding, re-serializes it to the

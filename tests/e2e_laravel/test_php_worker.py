@@ -498,7 +498,7 @@ def test_background_worker_picks_up_jobs_and_stops_on_sigterm(
 # now and then (DatabaseQueue's pop and deleteReserved read, then write, in a deferred
 # transaction; SQLite refuses the second writer's lock upgrade at once rather than wait), and a
 # job whose delete failed so stays reserved. Measured: 1 run in 15 at 6e3dd71. Python's worker
-# writes with BEGIN IMMEDIATE (tests/laravel/test_python_interop.py drains one SQLite queue
+# writes with BEGIN IMMEDIATE (tests/e2e_laravel/test_python_interop.py drains one SQLite queue
 # with PHP and Python together); docs/laravel-queue.md says so.
 @pytest.mark.parametrize("engine_name", ["postgresql", "mysql"])
 def test_two_workers_drain_one_queue_running_each_job_once(

@@ -1,6 +1,7 @@
 """Hostile and malformed input: every one raises :class:`PhpSerializeError`
 (never another exception), quickly, with bounded memory, and without recursion.
-Where it helps, PHP's own ``unserialize()`` is asked too (``tests/php/reject.php``)."""
+Where it helps, PHP's own ``unserialize()`` is asked too
+(``tests/e2e_php_codec/php/reject.php``)."""
 
 from __future__ import annotations
 
