@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from ...exceptions import StoreConditionError
+from ...exceptions import ConfigurationError, StoreConditionError
 from ..schema import MAX_LARAVEL_ATTEMPTS, build_metadata, laravel_tables
 
 if TYPE_CHECKING:
@@ -261,14 +261,17 @@ class Queries:
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         """Insert rows with one multi-row INSERT; return their ids in insertion order."""
-        n = len(rows)
-        cursor = tx.execute(
-            partial(self.job_enqueue_values, n, returning=True),
-            enqueue_many_params(rows),
-            key=("enqueue_many", n),
-        )
+        cursor = self._insert_values(tx, rows, returning=True)
         # One statement's ids ascend in VALUES order; RETURNING's row order is unspecified.
         return sorted(int(r[0]) for r in cursor.fetchall())
+
+    def _insert_values(self, tx: Tx, rows: list[dict[str, Any]], *, returning: bool) -> Any:
+        n = len(rows)
+        return tx.execute(
+            partial(self.job_enqueue_values, n, returning=returning),
+            enqueue_many_params(rows),
+            key=("enqueue_many", returning, n),
+        )
 
     def job_enqueue_values(self, count: int, *, returning: bool) -> sa.Executable:
         """One multi-row ``INSERT … VALUES (…), (…)`` for ``count`` rows (``RETURNING id``
@@ -361,6 +364,12 @@ class Queries:
 def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Flatten ``rows`` into the parameters of :meth:`Queries.job_enqueue_values`."""
     return {f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in ENQUEUE_COLUMNS}
+
+
+def check_choice(option: str, value: object, allowed: Sequence[str]) -> None:
+    """Raise :class:`ConfigurationError` unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigurationError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 class BaseEngine:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
@@ -29,7 +28,7 @@ from ...exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import Queries, ServerEngine, enqueue_many_params
+from .base import Queries, ServerEngine
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -110,14 +109,8 @@ class MySQLQueries(Queries):
         return list(tx.execute_bound(self.job_claim_read.bindparams(ids=ids)).fetchall())
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
-        n = len(rows)
-        cursor = tx.execute(
-            partial(self.job_enqueue_values, n, returning=False),
-            enqueue_many_params(rows),
-            key=("insert_many", n),
-        )
-        first = int(cursor.lastrowid)
-        return list(range(first, first + n))
+        first = int(self._insert_values(tx, rows, returning=False).lastrowid)
+        return list(range(first, first + len(rows)))
 
     # MySQL 8 has no INSERT … RETURNING (MariaDB has): the connection's insert id.
     # (Bulk inserts stay multi-row VALUES: a JSON_TABLE of one JSON parameter, measured,

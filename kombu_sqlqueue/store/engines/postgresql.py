@@ -33,14 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from ...exceptions import (
-    ConfigurationError,
     MessageTooLarge,
     StoreConditionError,
     StoreFullError,
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import Listener, Queries, ServerEngine
+from .base import Listener, Queries, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -179,12 +178,9 @@ class PostgreSQLEngine(ServerEngine):
 
     @classmethod
     def check_options(cls, options: Any) -> None:
-        mode = options.synchronous_commit
-        if mode is not None and mode not in SYNCHRONOUS_COMMIT_MODES:
-            raise ConfigurationError(
-                f"synchronous_commit must be one of {', '.join(SYNCHRONOUS_COMMIT_MODES)}, "
-                f"got {mode!r}"
-            )
+        if options.synchronous_commit is not None:
+            mode = options.synchronous_commit
+            check_choice("synchronous_commit", mode, SYNCHRONOUS_COMMIT_MODES)
 
     def prepare_connection(self, conn: Any) -> None:
         conn.driver_connection.autocommit = True  # see ServerEngine

@@ -26,14 +26,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL
 
 from ...exceptions import (
-    ConfigurationError,
     InvalidURL,
     StoreConditionError,
     StoreFullError,
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import BaseEngine, Queries
+from .base import BaseEngine, Queries, check_choice
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: ``PRAGMA synchronous`` per mode, written out: a PRAGMA takes no bound parameter.
@@ -101,11 +100,9 @@ class SQLiteEngine(BaseEngine):
 
     @classmethod
     def check_options(cls, options: Any) -> None:
-        if str(options.sqlite_synchronous).upper() not in SYNCHRONOUS_MODES:
-            raise ConfigurationError(
-                f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, "
-                f"got {options.sqlite_synchronous!r}"
-            )
+        check_choice(
+            "sqlite_synchronous", str(options.sqlite_synchronous).upper(), SYNCHRONOUS_MODES
+        )
 
     def normalize_url(self, url: URL) -> URL:
         url = super().normalize_url(url)
