@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -22,6 +24,8 @@ from .handlers import REGISTRY, load_handlers
 from .payload import MAX_PAYLOAD_BYTES
 from .tables import LAYOUTS, open_table
 from .worker import Worker, WorkerOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _backoff(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -45,20 +49,35 @@ def main() -> None:
     """Share Laravel's database queue with Python."""
 
 
+#: The options naming the job table, shared by every command that opens one.
+table_options = [
+    click.option(
+        "--url",
+        envvar="LARAVEL_BRIDGE_URL",
+        required=True,
+        help="SQLAlchemy URL of the queue database (env LARAVEL_BRIDGE_URL).",
+    ),
+    click.option(
+        "--layout",
+        type=click.Choice(LAYOUTS),
+        default="laravel",
+        show_default=True,
+        help="laravel: Laravel's jobs/failed_jobs tables; askr: contract v1's tables.",
+    ),
+    click.option("--jobs-table", default="jobs", show_default=True),
+    click.option("--failed-table", default="failed_jobs", show_default=True),
+]
+
+
+def with_table_options(command: F) -> F:
+    """Add :data:`table_options` to ``command``."""
+    for option in reversed(table_options):
+        command = option(command)
+    return command
+
+
 @main.command()
-@click.option(
-    "--url",
-    envvar="LARAVEL_BRIDGE_URL",
-    required=True,
-    help="SQLAlchemy URL of the queue database (env LARAVEL_BRIDGE_URL).",
-)
-@click.option(
-    "--layout",
-    type=click.Choice(LAYOUTS),
-    default="laravel",
-    show_default=True,
-    help="laravel: Laravel's jobs/failed_jobs tables; askr: contract v1's tables.",
-)
+@with_table_options
 @click.option(
     "--queue",
     "queues",
@@ -123,8 +142,6 @@ def main() -> None:
     help="Laravel's APP_KEY, to decrypt encrypted jobs (env APP_KEY).",
 )
 @click.option("--cipher", default="AES-256-CBC", show_default=True)
-@click.option("--jobs-table", default="jobs", show_default=True)
-@click.option("--failed-table", default="failed_jobs", show_default=True)
 @click.option(
     "--unknown-jobs",
     type=click.Choice(["release", "fail"]),
@@ -221,10 +238,7 @@ def work(
 
 
 @main.command("create-tables")
-@click.option("--url", envvar="LARAVEL_BRIDGE_URL", required=True)
-@click.option("--layout", type=click.Choice(LAYOUTS), default="laravel", show_default=True)
-@click.option("--jobs-table", default="jobs", show_default=True)
-@click.option("--failed-table", default="failed_jobs", show_default=True)
+@with_table_options
 def create_tables_command(url: str, layout: str, jobs_table: str, failed_table: str) -> None:
     """Create the layout's tables as Laravel's migrations (or contract v1) define them."""
     table = open_table(url, layout, jobs_table=jobs_table, failed_table=failed_table)
