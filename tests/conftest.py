@@ -14,11 +14,12 @@ instead of skipping it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -102,18 +103,38 @@ def python() -> str:
     return sys.executable
 
 
-def require_binary(name: str, install_hint: str) -> str:
-    """Path of an external program a test needs: a failure under CI, a skip elsewhere."""
+def require_binary(
+    name: str, install_hint: str, problem: Callable[[str], str | None] | None = None
+) -> str:
+    """Path of an external program a test needs: a failure under CI, a skip elsewhere, when it
+    is missing or ``problem(path)`` says what is wrong with it."""
     found = shutil.which(name)
-    if found:
-        return found
-    message = f"{name} is not installed ({install_hint})"
+    if found is None:
+        message = f"{name} is not installed ({install_hint})"
+    else:
+        wrong = problem(found) if problem is not None else None
+        if wrong is None:
+            return found
+        message = wrong
     if in_ci():
         pytest.fail(f"{message}; .ci/run should have installed it")
     pytest.skip(message)
 
 
+def _php_before_8_1(path: str) -> str | None:
+    version = subprocess.run(
+        [path, "-r", "echo PHP_VERSION_ID;"], capture_output=True, text=True, timeout=30
+    )
+    if version.returncode != 0 or not version.stdout.isdigit() or int(version.stdout) < 80100:
+        return f"{path} is not a working PHP >= 8.1: {version.stdout!r} {version.stderr!r}"
+    return None
+
+
 @pytest.fixture(scope="session")
 def php() -> str:
-    """Debian's PHP CLI (``php-cli``)."""
-    return require_binary("php", "apt-get install php-cli php-sqlite3 php-laravel-framework")
+    """The PHP CLI (``$PHP_BINARY``, else Debian's ``php-cli``), 8.1 or later (enums)."""
+    return require_binary(
+        os.environ.get("PHP_BINARY", "php"),
+        "apt-get install php-cli php-sqlite3 php-laravel-framework",
+        _php_before_8_1,
+    )

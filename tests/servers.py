@@ -26,7 +26,7 @@ class ServerUnavailable(RuntimeError):
 
 def in_ci() -> bool:
     """True under ``CI=true``: a test missing what it needs fails instead of skipping."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def free_port() -> int:

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from laravel_harness import PDO_DRIVERS, Laravel, LaravelQueueHarness
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+from laravel_support import require_laravel, unavailable
 
 
 @pytest.fixture(scope="session")
 def laravel(php: str, tmp_path_factory: pytest.TempPathFactory) -> Laravel:
-    if not Path("/usr/share/php/Illuminate/autoload.php").exists():
-        message = "Laravel is not installed (apt-get install php-laravel-framework)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_laravel()
     return Laravel(php, tmp_path_factory.mktemp("laravel"))
 
 
@@ -49,10 +41,9 @@ def queue(
 ) -> LaravelQueueHarness:
     """The harness on a fresh, migrated database of each engine."""
     if PDO_DRIVERS[engine_name] not in pdo_drivers:
-        message = f"PHP has no pdo_{PDO_DRIVERS[engine_name]} (apt-get install php-pgsql php-mysql)"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(
+            f"PHP has no pdo_{PDO_DRIVERS[engine_name]} (apt-get install php-pgsql php-mysql)"
+        )
     harness = LaravelQueueHarness(php, db_url, tmp_path / "runs.jsonl")
     harness.migrate()
     return harness

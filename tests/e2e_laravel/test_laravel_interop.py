@@ -11,7 +11,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from laravel_harness import APP_KEY, Laravel
+from laravel_harness import Laravel
+from laravel_support import APP_KEY
 
 from laravel_bridge import (
     DecryptError,

@@ -8,7 +8,6 @@ PostgreSQL, MariaDB); these tests prove it behaves as ``php artisan queue:work``
 from __future__ import annotations
 
 import json
-import math
 import signal
 import subprocess
 import time
@@ -18,135 +17,23 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from laravel_harness import PDO_DRIVERS, LaravelQueueHarness, laravel_connection, parse_status_lines
+from laravel_harness import (
+    CHAINED,
+    PDO_DRIVERS,
+    WORKER_CASES,
+    LaravelQueueHarness,
+    laravel_connection,
+    parse_status_lines,
+    same,
+)
+from laravel_support import sql_engine
 
 pytestmark = pytest.mark.timeout(180)
 
 
-STATUS = {"enum": "App\\Jobs\\Status", "value": "paid"}
-OPEN = {"enum": "App\\Jobs\\Status", "value": "open"}
-
-#: case → (class, queue, props) of every ``worker_cases()`` case in ``php/jobs.php``.
-WORKER_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "scalars": (
-        "App\\Jobs\\Scalars",
-        "default",
-        {
-            "count": 42,
-            "negative": -7,
-            "big": 9223372036854775807,
-            "name": "plain ascii",
-            "empty": "",
-            "yes": True,
-            "no": False,
-            "nothing": None,
-        },
-    ),
-    "unicode": (
-        "App\\Jobs\\Unicode",
-        "default",
-        {
-            "text": 'Zoë Ünïcode — 日本語 "quoted" back\\slash /slash',
-            "emoji": "😀👍🏽",
-            "separators": "line\u2028para\u2029tab\tnewline\n",
-        },
-    ),
-    "floats": (
-        "App\\Jobs\\Floats",
-        "default",
-        {"tenth": 0.1, "tiny": 1e-7, "huge": 1.5e300, "whole": 2.0, "negativeZero": -0.0},
-    ),
-    "nested": (
-        "App\\Jobs\\Nested",
-        "default",
-        {
-            "list": [1, "two", 3.5, True, None, [4, [5, 6]], []],
-            "map": {
-                "name": "x",
-                "inner": {"a": 1, "b": [1, 2], "c": {"deep": {"deeper": "yes"}}},
-                "empty": [],
-                "ключ": "значение",
-            },
-        },
-    ),
-    "dates": (
-        "App\\Jobs\\Dates",
-        "default",
-        {
-            "at": "Carbon\\Carbon 2024-05-06 07:08:09.123456 Europe/Paris",
-            "since": "Carbon\\CarbonImmutable 2025-01-02 03:04:05.000000 UTC",
-            "offset": "Carbon\\CarbonImmutable 2023-12-31 23:59:59.000000 +05:30",
-            "never": None,
-        },
-    ),
-    "enums": (
-        "App\\Jobs\\Enums",
-        "default",
-        {"status": STATUS, "statuses": [OPEN, STATUS, OPEN], "maybe": None},
-    ),
-    "promoted": (
-        "App\\Jobs\\Promoted",
-        "default",
-        {
-            "plain": "class body",
-            "visible": "shown",
-            "guarded": "protected value",
-            "secret": {"k": "v", "n": 1},
-            "count": 3,
-        },
-    ),
-    "delayed_2s": ("App\\Jobs\\Ping", "default", {"label": "after 2 s"}),
-    "named_queue": ("App\\Jobs\\Ping", "emails", {"label": "on emails"}),
-    "tuned": (
-        "App\\Jobs\\Tuned",
-        "default",
-        {
-            "tries": 4,
-            "backoff": [2, 4, 8],
-            "timeout": 30,
-            "maxExceptions": 3,
-            "failOnTimeout": True,
-            "label": "knobs",
-        },
-    ),
-    "chain": ("App\\Jobs\\ChainStep", "default", {"step": "first", "position": 1}),
-    "secret": (
-        "App\\Jobs\\SecretWork",
-        "default",
-        {"token": "t0k3n", "meta": {"scope": "billing"}},
-    ),
-}
-
-#: The jobs the "chain" case's first job dispatches when it succeeds: (queue, props).
-CHAINED = [
-    ("default", {"step": "second", "position": 2}),
-    ("emails", {"step": "third", "position": 3}),
-]
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal with the same JSON types all the way down (2 ≠ 2.0, True ≠ 1, -0.0 ≠ 0.0)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return a == b and math.copysign(1, a) == math.copysign(1, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-def sqlalchemy_url(db_url: str) -> str:
-    """The fixtures' URLs name no driver: use the ones the test extras install."""
-    url = sa.engine.make_url(db_url)
-    drivers = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    return str(url.set(drivername=drivers.get(url.drivername, url.drivername)))
-
-
 @pytest.fixture
 def db(queue: LaravelQueueHarness) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(sqlalchemy_url(queue.db_url))
+    engine = sql_engine(queue.db_url)
     yield engine
     engine.dispose()
 

@@ -14,8 +14,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from laravel_harness import APP_KEY, LaravelQueueHarness
-from test_php_worker import CHAINED, WORKER_CASES, same
+from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, same
+from laravel_support import APP_KEY
 
 from laravel_bridge import (
     HandlerRegistry,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import base64
 import math
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from laravel_support import unavailable
 
 from laravel_bridge.php_serialize import PhpObject, PhpReference, PhpSerializable
 
@@ -127,10 +126,7 @@ def need_case(corpus: dict[str, bytes], name: str) -> bytes:
     """A corpus case that needs an optional PHP library (Carbon, Laravel): fail
     under CI=true when it is missing, skip elsewhere."""
     if name not in corpus:
-        message = f"corpus case {name!r} needs a PHP library that is not installed"
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"corpus case {name!r} needs a PHP library that is not installed")
     return corpus[name]
 
 

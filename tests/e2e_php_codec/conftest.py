@@ -1,7 +1,7 @@
 """Fixtures for the PHP ``serialize()`` codec tests, which run real PHP.
 
-``php`` is the PHP CLI: a missing ``php`` fails the tests under ``CI=true``
-and skips them elsewhere. ``run_php`` runs one of the scripts in
+``php`` (``tests/conftest.py``) is the PHP CLI: a missing ``php`` fails the tests under
+``CI=true`` and skips them elsewhere. ``run_php`` runs one of the scripts in
 ``tests/e2e_php_codec/php/`` with JSON lines in and out (one process per call: batch).
 ``corpus`` is PHP's own ``serialize()`` output for every case of
 ``tests/e2e_php_codec/php/corpus.php``, made once per session.
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,31 +19,6 @@ import pytest
 from _codec_helpers import CORPUS_RANDOM_DOUBLES, CORPUS_SEED, PHP_DIR
 
 RunPhp = Callable[[str, Iterable[Any]], list[dict[str, Any]]]
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-@pytest.fixture(scope="session")
-def php() -> str:
-    """Path of the PHP CLI (8.1+, for enums): fail under CI=true, skip elsewhere."""
-    found = shutil.which(os.environ.get("PHP_BINARY", "php"))
-    problem = None
-    if found is None:
-        problem = "php is not installed (apt-get install php-cli php-laravel-framework)"
-    else:
-        version = subprocess.run(
-            [found, "-r", "echo PHP_VERSION_ID;"], capture_output=True, text=True, timeout=30
-        )
-        if version.returncode != 0 or int(version.stdout or 0) < 80100:
-            problem = f"{found} is not a working PHP >= 8.1: {version.stdout!r} {version.stderr!r}"
-    if problem is not None:
-        if _in_ci():
-            pytest.fail(f"{problem}; CI must install it")
-        pytest.skip(problem)
-    assert found is not None
-    return found
 
 
 @pytest.fixture(scope="session")

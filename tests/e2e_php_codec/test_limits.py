@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
+from laravel_support import APP_KEY
 
 from laravel_bridge import Encrypter, JobCommand, Payload, PayloadError, PhpObject, dumps, loads
 from laravel_bridge.encryption import looks_encrypted
@@ -27,7 +28,6 @@ from laravel_bridge.payload import (
 )
 from laravel_bridge.php_serialize import PhpSerializeError
 
-APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="
 T = TypeVar("T")
 
 

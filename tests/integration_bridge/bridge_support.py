@@ -1,19 +1,74 @@
-"""Constants and raw-SQL helpers shared by the tests of laravel_bridge's worker and dispatch."""
+"""Helpers shared by the tests of laravel_bridge's worker and dispatch: a settable clock and
+a worker on it, failed rows read back, raw SQL as another writer, the CLI as a process."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from laravel_support import APP_KEY
 
 from kombu_sqlqueue.store import NewJob
+from laravel_bridge import HandlerRegistry, Worker, WorkerOptions
 from laravel_bridge.tables import JobTable
 
-#: A Laravel app key (32 bytes, base64) for encrypted jobs.
-APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="
+#: Where a test's :class:`Clock` starts (2027-01-15 08:00:00 UTC).
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    """A clock the test moves (``clock.now = …``), for the store and the worker."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_worker(table: JobTable, registry: HandlerRegistry, clock: Clock, **options: Any) -> Worker:
+    """A worker on ``clock`` that stops when its queues are empty (``options`` override)."""
+    options.setdefault("stop_when_empty", True)
+    options.setdefault("sleep", 0)
+    w = Worker(table, WorkerOptions(**options), handlers=registry, app_key=APP_KEY)
+    w.clock = clock
+    return w
+
+
+def failed(table: JobTable) -> list[dict[str, Any]]:
+    """Failed rows of either layout, read through the store, as {uuid, queue, payload (text),
+    exception} (and connection on Laravel's layout). :func:`failed_rows` reads them raw."""
+    store: Any = table.store  # type: ignore[attr-defined]
+    if table.layout == "laravel":
+        return [
+            {k: r[k] for k in ("uuid", "queue", "payload", "exception", "connection")}
+            for r in reversed(store.failed_jobs())
+        ]
+    return [
+        {"uuid": d.uuid, "queue": d.queue, "payload": d.payload.decode(), "exception": d.exception}
+        for d in store.dead_letters()
+    ]
+
+
+def handlers_module_env(tmp_path: Path, module: str, source: str, **env: str) -> dict[str, str]:
+    """The environment of a ``laravel-bridge work`` process that can import the handlers
+    module ``module`` (``source``, written to ``tmp_path``), with ``env`` added."""
+    (tmp_path / f"{module}.py").write_text(source)
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join([str(tmp_path), out.get("PYTHONPATH", "")])
+    out.update(env)
+    return out
+
+
+def bridge_cli(*args: str) -> list[str]:
+    """The ``laravel-bridge`` command line with ``args``, on the tests' interpreter."""
+    return [sys.executable, "-m", "laravel_bridge", *args]
 
 
 def raw_engine(table: JobTable) -> sa.engine.Engine:

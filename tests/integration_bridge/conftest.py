@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from bridge_support import APP_KEY
+from bridge_support import Clock
+from laravel_support import APP_KEY
 
 from laravel_bridge import HandlerRegistry, LaravelQueue
 from laravel_bridge.tables import JobTable, open_table
@@ -31,3 +32,11 @@ def queue(db_url: str, table: JobTable) -> Iterator[LaravelQueue]:
 @pytest.fixture
 def registry() -> HandlerRegistry:
     return HandlerRegistry()
+
+
+@pytest.fixture
+def clock(table: JobTable) -> Clock:
+    """A :class:`~bridge_support.Clock` the table's store reads (pass it to make_worker too)."""
+    c = Clock()
+    table.store.clock = c  # type: ignore[attr-defined]
+    return c

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bridge_support import bridge_cli, handlers_module_env
 
 from laravel_bridge import LaravelQueue
 
@@ -42,11 +42,9 @@ HANDLERS = textwrap.dedent(
 
 @pytest.fixture
 def handlers_env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "bridge_test_handlers.py").write_text(HANDLERS)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    env["BRIDGE_TEST_LOG"] = str(tmp_path / "log.jsonl")
-    return env
+    return handlers_module_env(
+        tmp_path, "bridge_test_handlers", HANDLERS, BRIDGE_TEST_LOG=str(tmp_path / "log.jsonl")
+    )
 
 
 def events(env: dict[str, str]) -> list[dict[str, object]]:
@@ -54,10 +52,6 @@ def events(env: dict[str, str]) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "laravel_bridge", *args]
 
 
 @pytest.mark.parametrize("layout", ["laravel", "askr"])
@@ -69,7 +63,7 @@ def test_work_stop_when_empty_prints_queue_work_lines(
     b = q.dispatch("App\\Jobs\\Quick", {"n": 2})
     q.close()
     done = subprocess.run(
-        cli(
+        bridge_cli(
             "work",
             "--url",
             db_url,
@@ -106,7 +100,7 @@ def test_sigterm_finishes_and_settles_the_current_job_then_stops(
     slow = q.dispatch("App\\Jobs\\Slow", {"seconds": 2})
     q.dispatch("App\\Jobs\\Quick", {"n": 1})
     proc = subprocess.Popen(
-        cli("work", "--url", db_url, "--handlers", "bridge_test_handlers", "--sleep", "0.1"),
+        bridge_cli("work", "--url", db_url, "--handlers", "bridge_test_handlers", "--sleep", "0.1"),
         env=handlers_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -134,7 +128,7 @@ def test_sigterm_finishes_and_settles_the_current_job_then_stops(
 
 def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(
-        cli("work", "--url", "nosuchdb://x", "--stop-when-empty"),
+        bridge_cli("work", "--url", "nosuchdb://x", "--stop-when-empty"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -143,7 +137,7 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "error:" in done.stderr and "not supported" in done.stderr
     done = subprocess.run(
-        cli("work", "--url", f"sqlite:///{tmp_path}/q.db", "--queue", "a,,b"),
+        bridge_cli("work", "--url", f"sqlite:///{tmp_path}/q.db", "--queue", "a,,b"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -152,7 +146,7 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "empty queue name" in done.stderr
     done = subprocess.run(
-        cli(
+        bridge_cli(
             "work",
             "--url",
             f"sqlite:///{tmp_path}/q.db",
@@ -168,7 +162,7 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "cannot import handlers module 'no_such_module_x'" in done.stderr
     done = subprocess.run(
-        cli("work", "--url", f"sqlite:///{tmp_path}/empty.db", "--stop-when-empty"),
+        bridge_cli("work", "--url", f"sqlite:///{tmp_path}/empty.db", "--stop-when-empty"),
         capture_output=True,
         text=True,
         timeout=60,

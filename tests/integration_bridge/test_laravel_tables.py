@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from laravel_support import sql_engine
 
 from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch
-from kombu_sqlqueue.store import StoreOptions, parse_store_url
+from kombu_sqlqueue.store import StoreOptions
 from kombu_sqlqueue.store.laravel_tables import LaravelTableStore
 
 NOW = 1_800_000_000
@@ -24,7 +25,7 @@ def lstore(db_url: str) -> Iterator[LaravelTableStore]:
 
 
 def rows(db_url: str, table: str = "jobs") -> list[dict[str, object]]:
-    engine = sa.create_engine(parse_store_url(db_url)[1])  # with the package's driver
+    engine = sql_engine(db_url)
     try:
         with engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))]

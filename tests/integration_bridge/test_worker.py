@@ -9,56 +9,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from bridge_support import APP_KEY
+from bridge_support import T0, Clock, failed, make_worker
 
 from laravel_bridge import (
     HandlerRegistry,
     Job,
     LaravelQueue,
     Payload,
-    Worker,
-    WorkerOptions,
 )
 from laravel_bridge.tables import JobTable, PushJob
-
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(table: JobTable) -> Clock:
-    c = Clock()
-    table.store.clock = c  # type: ignore[attr-defined]
-    return c
-
-
-def make_worker(table: JobTable, registry: HandlerRegistry, clock: Clock, **options: Any) -> Worker:
-    options.setdefault("stop_when_empty", True)
-    options.setdefault("sleep", 0)
-    w = Worker(table, WorkerOptions(**options), handlers=registry, app_key=APP_KEY)
-    w.clock = clock
-    return w
-
-
-def failed(table: JobTable) -> list[dict[str, Any]]:
-    """Failed rows of either layout as {uuid, queue, payload, exception}."""
-    store: Any = table.store  # type: ignore[attr-defined]
-    if table.layout == "laravel":
-        return [
-            {k: r[k] for k in ("uuid", "queue", "payload", "exception", "connection")}
-            for r in reversed(store.failed_jobs())
-        ]
-    return [
-        {"uuid": d.uuid, "queue": d.queue, "payload": d.payload.decode(), "exception": d.exception}
-        for d in store.dead_letters()
-    ]
 
 
 def test_handler_gets_properties_and_job_facts(

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
-import sys
 import textwrap
 import time
 import uuid as uuid_module
@@ -23,7 +21,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from bridge_support import APP_KEY, failed_rows, insert_raw, raw_engine
+from bridge_support import bridge_cli, failed_rows, handlers_module_env, insert_raw, raw_engine
+from laravel_support import APP_KEY
 
 from laravel_bridge import (
     Encrypter,
@@ -452,16 +451,15 @@ def test_laravel_bridge_work_settles_bad_rows_and_stops_when_empty(
     queue = LaravelQueue(db_url, table.layout, table=table)
     queue.dispatch("App\\Jobs\\PhpOnly", {})
     good = queue.dispatch(GOOD, {})
-    (tmp_path / "bad_rows_handlers.py").write_text(CLI_HANDLERS)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    env["BAD_ROWS_LOG"] = str(tmp_path / "ran.txt")
+    env = handlers_module_env(
+        tmp_path, "bad_rows_handlers", CLI_HANDLERS, BAD_ROWS_LOG=str(tmp_path / "ran.txt")
+    )
     done = subprocess.run(
-        [
-            *(sys.executable, "-m", "laravel_bridge", "work", "--url", db_url),
+        bridge_cli(
+            *("work", "--url", db_url),
             *("--layout", table.layout, "--handlers", "bad_rows_handlers"),
             *("--stop-when-empty", "--sleep", "0", "--unknown-delay", "0"),
-        ],
+        ),
         env=env,
         capture_output=True,
         text=True,

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from bridge_support import APP_KEY, failed_rows, insert_raw, raw_engine
+from bridge_support import failed_rows, insert_raw, raw_engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from laravel_support import APP_KEY
 
 from laravel_bridge import Encrypter, HandlerRegistry, JobCommand, Payload, Worker, WorkerOptions
 from laravel_bridge.tables import LAYOUTS, open_table

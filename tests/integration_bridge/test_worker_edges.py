@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from test_worker import T0, Clock, failed, make_worker
+from bridge_support import T0, Clock, failed, make_worker
 
 from laravel_bridge import (
     HandlerRegistry,
@@ -19,14 +19,7 @@ from laravel_bridge import (
     PayloadError,
     PhpObject,
 )
-from laravel_bridge.tables import JobTable, PushJob
-
-
-@pytest.fixture
-def clock(table: JobTable) -> Clock:
-    c = Clock()
-    table.store.clock = c  # type: ignore[attr-defined]
-    return c
+from laravel_bridge.tables import PushJob
 
 
 def chained_payload(next_props: dict[str, Any]) -> str:

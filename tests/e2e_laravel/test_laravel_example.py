@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from laravel_support import require_laravel
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_example_runs_php_and_python_jobs(tmp_path: Path, php: str) -> None:
-    if not Path("/usr/share/php/Illuminate/autoload.php").exists():
-        message = "Laravel is not installed (apt-get install php-laravel-framework)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_laravel()
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples/laravel_queue/run.py"), str(tmp_path / "demo.db")],
         capture_output=True,

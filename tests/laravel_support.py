@@ -1,0 +1,43 @@
+"""What the Laravel-side test folders share (``integration_bridge/``, ``e2e_laravel/``,
+``e2e_php_codec/``): the app key, what to do when PHP or Laravel lacks a part, and a plain SQL
+engine on a test database.
+
+Importable by basename: ``tests/conftest.py`` puts ``tests/`` on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+import sqlalchemy as sa
+from servers import in_ci
+
+from kombu_sqlqueue.store import parse_store_url
+
+#: A Laravel app key (32 bytes, base64, as in ``.env``) for encrypted jobs, PHP's and ours.
+APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="
+
+#: Debian's Laravel 8.83 (``php-laravel-framework``).
+LARAVEL_AUTOLOAD = Path("/usr/share/php/Illuminate/autoload.php")
+
+
+def unavailable(message: str) -> NoReturn:
+    """A part of PHP or Laravel the test needs is missing: fail under ``CI=true`` (CI installs
+    everything), skip elsewhere."""
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_laravel() -> None:
+    """:func:`unavailable` when Debian's Laravel is not installed."""
+    if not LARAVEL_AUTOLOAD.exists():
+        unavailable("Laravel is not installed (apt-get install php-laravel-framework)")
+
+
+def sql_engine(db_url: str) -> sa.Engine:
+    """An engine on a test database for raw SQL, with the package's drivers (the fixtures'
+    URLs name none). The caller disposes of it."""
+    return sa.create_engine(parse_store_url(db_url)[1])
