@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers  # noqa: E402  (tests/servers.py: throwaway PostgreSQL and MariaDB)
 from servers import in_ci  # noqa: E402
+from support import unavailable  # noqa: E402
 
 #: Engines the parametrized suites run on.
 ENGINES = ["sqlite", "postgresql", "mysql"]
@@ -49,10 +50,7 @@ def server_for(engine: str) -> servers.Server:
             found = exc
         _started[engine] = found
     if isinstance(found, BaseException):
-        message = f"{engine} server unavailable: {found}"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{engine} server unavailable: {found}")
     return found
 
 
@@ -116,9 +114,7 @@ def require_binary(
         if wrong is None:
             return found
         message = wrong
-    if in_ci():
-        pytest.fail(f"{message}; .ci/run should have installed it")
-    pytest.skip(message)
+    unavailable(f"{message}; .ci/run should have installed it" if in_ci() else message)
 
 
 def _php_before_8_1(path: str) -> str | None:

@@ -8,27 +8,18 @@ Importable by basename: ``tests/conftest.py`` puts ``tests/`` on ``sys.path``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
 
-import pytest
 import sqlalchemy as sa
-from servers import in_ci
+from support import unavailable
 
 from kombu_sqlqueue.store import parse_store_url
+
 
 #: A Laravel app key (32 bytes, base64, as in ``.env``) for encrypted jobs, PHP's and ours.
 APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="
 
 #: Debian's Laravel 8.83 (``php-laravel-framework``).
 LARAVEL_AUTOLOAD = Path("/usr/share/php/Illuminate/autoload.php")
-
-
-def unavailable(message: str) -> NoReturn:
-    """A part of PHP or Laravel the test needs is missing: fail under ``CI=true`` (CI installs
-    everything), skip elsewhere."""
-    if in_ci():
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def require_laravel() -> None:

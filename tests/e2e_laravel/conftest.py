@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from laravel_harness import PDO_DRIVERS, Laravel, LaravelQueueHarness
-from laravel_support import require_laravel, unavailable
+from laravel_support import require_laravel
+from support import unavailable
 
 
 @pytest.fixture(scope="session")

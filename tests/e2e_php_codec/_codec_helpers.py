@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from laravel_support import unavailable
+from support import unavailable
 
 from laravel_bridge.php_serialize import PhpObject, PhpReference, PhpSerializable
 

@@ -1,0 +1,16 @@
+"""Helpers every test folder shares (importable by basename: ``tests/`` is on ``sys.path``)."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import pytest
+from servers import in_ci
+
+
+def unavailable(message: str) -> NoReturn:
+    """Something a test needs (a server, a program, root) is missing: fail under
+    ``CI=true`` (CI installs and starts everything), skip elsewhere."""
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
