@@ -14,7 +14,6 @@ from support import unavailable
 
 from kombu_sqlqueue.store import parse_store_url
 
-
 #: A Laravel app key (32 bytes, base64, as in ``.env``) for encrypted jobs, PHP's and ours.
 APP_KEY = "base64:" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY="
 
