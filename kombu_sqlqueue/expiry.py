@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 
 from .exceptions import StoreError
-from .store import JobStore
+from .store import JobContract
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ MAX_PERIOD = 30.0
 class QueueKeeper:
     """Keeps this process's expiring queues alive and sweeps everybody's expired ones."""
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobContract) -> None:
         self.store = store
         #: queue -> (lifetime in seconds, re-declare-and-bind callback)
         self._watched: dict[str, tuple[float, Callable[[], None]]] = {}

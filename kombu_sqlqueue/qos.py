@@ -18,14 +18,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import virtual
 
 from .exceptions import StoreConditionError
-from .store import JobStore, Receipt
+from .store import JobContract, Receipt
 
 if TYPE_CHECKING:
     from .options import TransportOptions
@@ -91,7 +90,7 @@ class Settlement:
 
     held: Held
     verb: str  # "ack" or "reject": for the stale-settlement warning
-    write: Callable[[JobStore], bool]
+    write: Callable[[JobContract], bool]
 
 
 class PendingSettlements:
@@ -106,7 +105,7 @@ class PendingSettlements:
     consumer took the message meanwhile.
     """
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobContract) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._pending: list[Settlement] = []
@@ -199,7 +198,7 @@ class Renewer:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobContract,
         held: HeldDeliveries,
         options: TransportOptions,
         pending: PendingSettlements | None = None,
@@ -288,22 +287,27 @@ class QoS(virtual.QoS):
         """Delete the job, unless its reservation was taken over (then: stale, logged)."""
         held = self._settle(delivery_tag)
         if held is not None:
-            write = partial(JobStore.ack, receipt=held.receipt)
-            self.channel.connection.pending.settle(Settlement(held, "ack", write))
+            receipt = held.receipt
+            settlement = Settlement(held, "ack", lambda store: store.ack(receipt))
+            self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         """``requeue=True``: release with backoff. ``requeue=False``: dead-letter with a reason."""
         held = self._settle(delivery_tag)
         if held is not None:
-            write: Callable[[JobStore], bool]
+            receipt = held.receipt
             if requeue:
                 delay = self.channel.options.for_queue(held.queue).backoff.delay(held.attempts)
-                write = partial(JobStore.release, receipt=held.receipt, delay=delay)
+                settlement = Settlement(
+                    held, "reject", lambda store: store.release(receipt, delay=delay)
+                )
             else:
                 reason = f"rejected by the consumer without requeue (attempt {held.attempts})"
-                write = partial(JobStore.dead_letter, receipt=held.receipt, reason=reason)
-            self.channel.connection.pending.settle(Settlement(held, "reject", write))
+                settlement = Settlement(
+                    held, "reject", lambda store: store.dead_letter(receipt, reason)
+                )
+            self.channel.connection.pending.settle(settlement)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:

@@ -22,7 +22,7 @@ from time import monotonic
 
 from . import lifecycle
 from .exceptions import StoreError
-from .store import JobStore, NewJob
+from .store import JobContract, NewJob
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 class TransientWriter:
     """Writes transient messages: at once when sporadic, in batches when in bursts."""
 
-    def __init__(self, store: JobStore, interval: float) -> None:
+    def __init__(self, store: JobContract, interval: float) -> None:
         self.store = store
         self.interval = interval
         self._reset()

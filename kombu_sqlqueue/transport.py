@@ -19,8 +19,10 @@ Connection String
 
     sqlqueue+sqlite:///relative/path/queue.db
     sqlqueue+sqlite:////absolute/path/queue.db
+    sqlqueue+memory://name
 
-Everything after ``sqlqueue+`` is an SQLAlchemy URL.
+Everything after ``sqlqueue+`` is an SQLAlchemy URL, or ``memory://`` / ``memory://name``:
+the in-memory store, shared by the connections of one process only (tests, examples).
 
 Transport Options
 =================
@@ -67,7 +69,8 @@ from .expiry import QueueKeeper
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, PendingSettlements, QoS, Renewer
 from .routing import RoutingCache
-from .store import ClaimedJob, JobStore, NewJob, Receipt
+from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
+from .store.memory import is_memory_url
 from .store.names import validate_queue_name
 from .transient import TransientWriter
 
@@ -82,7 +85,7 @@ class Channel(virtual.Channel):
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
-        self.store: JobStore = connection.store
+        self.store: JobContract = connection.store
         self.options: TransportOptions = connection.options
         self._noack_queues: set[str] = set()
         #: What this channel remembers of askr_bindings.
@@ -581,7 +584,7 @@ class Transport(virtual.Transport):
                 f"broker URL must be sqlqueue+<database-url>, e.g. sqlqueue+sqlite:///queue.db; "
                 f"got {client.as_uri() if url else 'no URL'}"
             )
-        self.store = JobStore(str(url), self.options.store_options())
+        self.store: JobContract = open_store(str(url), self.options.store_options())
         self.held = HeldDeliveries()
         self.pending = PendingSettlements(self.store)
         self.renewer = Renewer(self.store, self.held, self.options, self.pending)
@@ -665,6 +668,8 @@ class Transport(virtual.Transport):
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
         from sqlalchemy.engine import make_url
 
+        if is_memory_url(uri):  # not an SQLAlchemy URL, and holds no password
+            return f"sqlqueue+{uri}"
         rendered = make_url(uri).render_as_string(hide_password=not include_password)
         return f"sqlqueue+{rendered}"
 

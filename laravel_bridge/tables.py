@@ -4,7 +4,8 @@
   database-queue rules (see :mod:`kombu_sqlqueue.store.laravel_tables`), so
   ``php artisan queue:work``, ``queue:failed`` and ``queue:retry`` keep working.
 * ``askr`` — contract v1's ``askr_jobs``/``askr_failed_jobs`` (the table the
-  Kombu transport uses), with a Laravel payload in the ``payload`` column.
+  Kombu transport uses), with a Laravel payload in the ``payload`` column; also
+  over the in-memory store (``memory://name``: one process, for tests).
 
 The worker and :class:`~laravel_bridge.dispatch.LaravelQueue` only use
 :class:`JobTable`; the SQL lives in :mod:`kombu_sqlqueue.store` (no Kombu there).
@@ -18,10 +19,13 @@ from typing import Literal, Protocol
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
+    ExceptionCounts,
+    JobContract,
     JobStore,
     NewJob,
     Receipt,
     StoreOptions,
+    open_store,
 )
 from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.laravel_tables import (
@@ -30,6 +34,7 @@ from kombu_sqlqueue.store.laravel_tables import (
     LaravelRow,
     LaravelTableStore,
 )
+from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
 
 from .exceptions import LaravelBridgeError
 
@@ -109,7 +114,7 @@ class JobTable(Protocol):
         """Idle for up to ``seconds`` (less when the database can say a job arrived)."""
         ...
 
-    def exception_counter(self) -> ExceptionCounter:
+    def exception_counter(self) -> ExceptionCounts:
         """The shared ``maxExceptions`` counts (created on first use)."""
         ...
 
@@ -121,9 +126,9 @@ class JobTable(Protocol):
 class _CounterMixin:
     #: The job table's database: the counter opens on it (one pool).
     _database: Database
-    _counter: ExceptionCounter | None = None
+    _counter: ExceptionCounts | None = None
 
-    def exception_counter(self) -> ExceptionCounter:
+    def exception_counter(self) -> ExceptionCounts:
         if self._counter is None:
             self._counter = ExceptionCounter(self._database)
         return self._counter
@@ -205,8 +210,11 @@ class AskrLayout(_CounterMixin):
     layout: Layout = "askr"
 
     def __init__(self, url: str, *, options: StoreOptions | None = None) -> None:
-        self.store = JobStore(url, options)
-        self._database = self.store.database
+        self.store: JobContract = open_store(url, options)
+        if isinstance(self.store, JobStore):
+            self._database = self.store.database
+        elif isinstance(self.store, MemoryJobStore):  # no database: counts kept beside the jobs
+            self._counter = MemoryExceptionCounter(self.store)
 
     @staticmethod
     def _new(job: PushJob) -> NewJob:
@@ -301,8 +309,14 @@ def open_table(
     create_tables: bool = True,
 ) -> JobTable:
     """Open the job table of ``layout`` at ``url`` (an SQLAlchemy URL: ``sqlite:///app.db``,
-    ``postgresql://…``, ``mysql://…``)."""
+    ``postgresql://…``, ``mysql://…``; or, for the ``askr`` layout, ``memory://name``: the
+    in-memory store, one process only, for tests)."""
     options = StoreOptions(create_tables=create_tables)
+    if layout == "laravel" and is_memory_url(url):
+        raise LaravelBridgeError(
+            f"{url!r}: the laravel layout is Laravel's own tables in an SQL database; the "
+            "in-memory store holds contract v1's only (use layout='askr')"
+        )
     if layout == "laravel":
         return LaravelLayout(url, jobs_table=jobs_table, failed_table=failed_table, options=options)
     if layout == "askr":

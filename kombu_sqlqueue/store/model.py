@@ -1,8 +1,15 @@
-"""Plain values the store takes and returns. No SQL and no Kombu here."""
+"""Plain values the store takes and returns, and the rules every store applies to them
+alike (whole-second rounding, argument checks), so the SQL store and the in-memory one
+cannot drift apart. No SQL and no Kombu here."""
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass
+
+from ..exceptions import ClaimLimitExceeded
+from .names import validate_queue_name
 
 #: Contract v1's column default for ``max_attempts``.
 DEFAULT_MAX_ATTEMPTS = 25
@@ -10,6 +17,10 @@ DEFAULT_MAX_ATTEMPTS = 25
 #: The most jobs one claim may hand out. A larger request raises
 #: :class:`~kombu_sqlqueue.exceptions.ClaimLimitExceeded`; it is never trimmed.
 MAX_CLAIM = 1000
+
+#: Claim rounds at most in one claim whose rows had expired (each round discards at
+#: least one; a claim left short by more is followed by the consumer's next poll).
+MAX_CLAIM_ROUNDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +103,75 @@ class DeadLetter:
     exception: str | None
     attempts: int
     failed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What a claim handed out, and how many exhausted rows it dead-lettered instead."""
+
+    jobs: list[ClaimedJob]
+    dead_lettered: int = 0
+    #: Rows found past their ``expires_at`` and discarded instead of handed out.
+    expired: int = 0
+
+    def log(self, logger: logging.Logger, queue: str) -> None:
+        """Report the rows of ``queue`` this claim dead-lettered or discarded."""
+        if self.dead_lettered:
+            logger.warning(
+                "dead-lettered %d job(s) of queue %r: max attempts exceeded",
+                self.dead_lettered,
+                queue,
+            )
+        if self.expired:
+            logger.info(
+                "discarded %d expired message(s) of queue %r (past their TTL)",
+                self.expired,
+                queue,
+            )
+
+
+# -- the rules every store applies (the columns hold whole unix seconds) -------------------
+
+
+def ready_at(now: float, delay: float) -> int:
+    """``available_at`` of a job ready after ``delay`` seconds: rounded up when delayed,
+    so it is never claimable early."""
+    return math.ceil(now + delay) if delay > 0 else int(now)
+
+
+def reservation_deadline(now: float, visibility: float) -> int:
+    """``reserved_until`` of a claim at ``now``: rounded up, so a reservation lasts at
+    least ``visibility`` seconds (and at least one)."""
+    return math.ceil(now + max(1.0, visibility))
+
+
+def job_times(job: NewJob, now: float) -> tuple[int, int | None]:
+    """Check ``job``'s queue, delay and attempts limit; return its ``available_at`` and
+    ``expires_at`` (rounded up: an expiring job lives at least its time to live)."""
+    validate_queue_name(job.queue)
+    if job.delay < 0:
+        raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
+    if job.max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {job.max_attempts!r}")
+    expires_at = None if job.expires_in is None else math.ceil(now + max(0.0, job.expires_in))
+    return ready_at(now, job.delay), expires_at
+
+
+def check_claim(queue: str, n: int) -> None:
+    """Refuse a claim of a bad queue name, or of more than :data:`MAX_CLAIM` jobs."""
+    validate_queue_name(queue)
+    if n > MAX_CLAIM:
+        raise ClaimLimitExceeded(
+            f"a claim may hand out at most {MAX_CLAIM} jobs; {n} were asked for"
+        )
+
+
+def claim_limit(row_limit: int, claimer_limit: int | None) -> int:
+    """The attempts a claimed row may use: the row's ``max_attempts`` or the claimer's,
+    whichever is lower."""
+    return row_limit if claimer_limit is None else min(row_limit, claimer_limit)
+
+
+def exhausted_reason(limit: int) -> str:
+    """The dead letter's reason for a row a claim found past its attempts limit."""
+    return f"max attempts exceeded ({limit} of {limit} used)"

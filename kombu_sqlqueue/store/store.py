@@ -15,44 +15,42 @@ error, like an empty claim.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import time
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..exceptions import ClaimLimitExceeded, MessageTooLarge
+from ..exceptions import MessageTooLarge
 from ..limits import fit_utf8
 from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
 from .executor import Tx
-from .model import MAX_CLAIM, Backlog, ClaimedJob, DeadLetter, NewJob, Receipt
+from .model import (
+    MAX_CLAIM_ROUNDS,
+    Backlog,
+    ClaimedJob,
+    ClaimResult,
+    DeadLetter,
+    NewJob,
+    Receipt,
+    check_claim,
+    claim_limit,
+    exhausted_reason,
+    job_times,
+    ready_at,
+    reservation_deadline,
+)
 from .names import validate_queue_name
 from .schema import ADD_COLUMN, CONTRACT_TABLES, TableSpec
 from .topology import Topology
 
 logger = logging.getLogger(__name__)
 
-#: Claim rounds at most in one claim whose rows had expired (each round discards at
-#: least one; a claim left short by more is followed by the consumer's next poll).
-MAX_CLAIM_ROUNDS = 16
-
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    """What a claim handed out, and how many exhausted rows it dead-lettered instead."""
-
-    jobs: list[ClaimedJob]
-    dead_lettered: int = 0
-    #: Rows found past their ``expires_at`` and discarded instead of handed out.
-    expired: int = 0
 
 
 class JobStore(TableStore):
@@ -97,12 +95,6 @@ class JobStore(TableStore):
 
     # -- operations ---------------------------------------------------------------
 
-    @staticmethod
-    def _deadline(clock: float, visibility: float) -> int:
-        # Rounded up: a reservation lasts at least ``visibility`` seconds,
-        # although the columns hold whole seconds.
-        return math.ceil(clock + max(1.0, visibility))
-
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`MessageTooLarge` for a payload of ``size`` bytes that the database
         would refuse (at once, naming the limit, instead of a failed statement)."""
@@ -116,16 +108,8 @@ class JobStore(TableStore):
             )
 
     def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
-        validate_queue_name(job.queue)
+        available_at, expires_at = job_times(job, now)
         self.check_payload_size(len(job.payload))
-        if job.delay < 0:
-            raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
-        if job.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {job.max_attempts!r}")
-        # A delayed job is rounded up, so it is never claimable early; an expiring one
-        # too, so it lives at least its time to live.
-        available_at = math.ceil(now + job.delay) if job.delay > 0 else int(now)
-        expires_at = None if job.expires_in is None else math.ceil(now + max(0.0, job.expires_in))
         return {
             "queue": job.queue,
             "payload": job.payload,
@@ -192,21 +176,17 @@ class JobStore(TableStore):
         if n <= 0:
             return ClaimResult([])
         result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
-        self._log_dead_lettered(result, queue)
+        result.log(logger, queue)
         return result
 
     def _claim_params(self, queue: str, n: int, visibility: float) -> dict[str, Any]:
-        validate_queue_name(queue)
-        if n > MAX_CLAIM:
-            raise ClaimLimitExceeded(
-                f"a claim may hand out at most {MAX_CLAIM} jobs; {n} were asked for"
-            )
+        check_claim(queue, n)
         clock = self.clock()
         return {
             "queue": queue,
             "n": int(n),
             "now": int(clock),
-            "until": self._deadline(clock, visibility),
+            "until": reservation_deadline(clock, visibility),
             "token": secrets.token_hex(16),
         }
 
@@ -227,9 +207,9 @@ class JobStore(TableStore):
                 if expires is not None and expires <= now:
                     past_ttl.append(job_id)
                     continue
-                limit = row_limit if max_attempts is None else min(row_limit, max_attempts)
+                limit = claim_limit(row_limit, max_attempts)
                 if attempts > limit:
-                    reason = f"max attempts exceeded ({limit} of {limit} used)"
+                    reason = exhausted_reason(limit)
                     self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
                     dead += 1
                     continue
@@ -243,21 +223,6 @@ class JobStore(TableStore):
             if not past_ttl or len(jobs) >= wanted:
                 break
         return ClaimResult(jobs, dead, expired)
-
-    @staticmethod
-    def _log_dead_lettered(result: ClaimResult, queue: str) -> None:
-        if result.dead_lettered:
-            logger.warning(
-                "dead-lettered %d job(s) of queue %r: max attempts exceeded",
-                result.dead_lettered,
-                queue,
-            )
-        if result.expired:
-            logger.info(
-                "discarded %d expired message(s) of queue %r (past their TTL)",
-                result.expired,
-                queue,
-            )
 
     def ack_and_claim(
         self,
@@ -291,7 +256,7 @@ class JobStore(TableStore):
 
         outcome = self._run(work)
         for result, queue in dead:
-            self._log_dead_lettered(result, queue)
+            result.log(logger, queue)
         return outcome
 
     def ack(self, receipt: Receipt) -> bool:
@@ -347,7 +312,7 @@ class JobStore(TableStore):
         params = {
             "id": receipt.job_id,
             "token": receipt.token,
-            "available_at": math.ceil(now + delay) if delay > 0 else int(now),
+            "available_at": ready_at(now, delay),
         }
         return self._run(lambda tx: bool(tx.execute(query, params).rowcount == 1), single=True)
 
@@ -360,7 +325,7 @@ class JobStore(TableStore):
             return set()
         tokens = sorted({r.token for r in receipts})
         ids = sorted({r.job_id for r in receipts})
-        until = self._deadline(self.clock(), visibility)
+        until = reservation_deadline(self.clock(), visibility)
 
         def work(tx: Tx) -> set[Receipt]:
             renew = self.q.job_renew.bindparams(until=until, tokens=tokens, ids=ids)

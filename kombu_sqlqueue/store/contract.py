@@ -1,0 +1,205 @@
+"""The job store's interface, as its callers use it, and the one way to open a store.
+
+:class:`JobContract` is what the Kombu transport and the Laravel bridge need of a store;
+:class:`~.store.JobStore` (SQL) and :class:`~.memory.MemoryJobStore` (this process's
+memory) both satisfy it, and :func:`open_store` picks one by URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Protocol
+
+from .database import StoreOptions
+from .memory import MemoryJobStore, is_memory_url
+from .model import Backlog, ClaimedJob, ClaimResult, DeadLetter, NewJob, Receipt, Route
+from .store import JobStore
+
+
+class TopologyContract(Protocol):
+    """Exchange bindings and queue records (``store.topology``); see
+    :class:`~.topology.Topology`."""
+
+    def bind(self, exchange: str, exchange_type: str, routing_key: str, queue: str) -> None:
+        """Store the binding of ``queue`` to ``exchange`` (idempotent)."""
+        ...
+
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
+        """Remove one stored binding."""
+        ...
+
+    def bindings(self, exchange: str) -> list[tuple[str, str, str]]:
+        """``(routing_key, queue, exchange_type)`` of every queue bound to ``exchange``."""
+        ...
+
+    def routes(self, exchange: str) -> list[Route]:
+        """Every binding of ``exchange``, with its queue's message TTL."""
+        ...
+
+    def declare_queue(
+        self, queue: str, expires: float | None, message_ttl: float | None = None
+    ) -> None:
+        """Record ``queue`` as used now, with its lifetime and message TTL."""
+        ...
+
+    def touch_queues(self, queues: Collection[str]) -> set[str]:
+        """Mark ``queues`` as used now; return those that still exist."""
+        ...
+
+    def expired_queues(self) -> list[str]:
+        """Queues unused for longer than their lifetime."""
+        ...
+
+    def discard_expired(self) -> dict[str, int]:
+        """Delete unclaimed messages past their queue's TTL; return how many per queue."""
+        ...
+
+    def drop_queue(self, queue: str) -> int:
+        """Delete ``queue`` with its jobs, bindings and record; return how many jobs went."""
+        ...
+
+
+class JobContract(Protocol):
+    """Contract v1's job operations; see :class:`~.store.JobStore` for each verb's rules.
+
+    Settlements are fenced by a :class:`~.model.Receipt` and answer ``False`` when stale.
+    """
+
+    #: Unix-seconds clock, read once per operation; tests replace it.
+    clock: Callable[[], float]
+
+    @property
+    def topology(self) -> TopologyContract:
+        """Bindings and queue records, beside the jobs."""
+        ...
+
+    def ensure_ready(self) -> None:
+        """Connect and create (or verify) the tables, once."""
+        ...
+
+    def create_schema(self) -> None:
+        """Create the tables if absent (idempotent)."""
+        ...
+
+    def verify_schema(self) -> None:
+        """Raise :class:`~kombu_sqlqueue.exceptions.SchemaMismatch` unless the tables fit."""
+        ...
+
+    def check_payload_size(self, size: int) -> None:
+        """Raise :class:`~kombu_sqlqueue.exceptions.MessageTooLarge` for a payload too large."""
+        ...
+
+    def enqueue(self, job: NewJob) -> int:
+        """Store one job; return its id."""
+        ...
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Store many jobs at once; return their ids in order."""
+        ...
+
+    def claim(
+        self, queue: str, n: int, visibility: float, max_attempts: int | None = None
+    ) -> ClaimResult:
+        """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds."""
+        ...
+
+    def ack_and_claim(
+        self,
+        receipt: Receipt,
+        then: Sequence[NewJob],
+        queues: Sequence[str],
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[bool, ClaimedJob | None]:
+        """Ack (storing ``then``) and claim the next job of the first of ``queues``, at once."""
+        ...
+
+    def ack(self, receipt: Receipt) -> bool:
+        """Delete the job if ``receipt`` still holds it."""
+        ...
+
+    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
+        """Ack and store ``jobs`` at once (nothing written when stale)."""
+        ...
+
+    def ack_many(self, receipts: Sequence[Receipt]) -> int:
+        """Ack several deliveries; return how many were still held."""
+        ...
+
+    def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Make the job ready again after ``delay`` seconds, attempts unchanged."""
+        ...
+
+    def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Hand back an unstarted delivery, its attempt refunded."""
+        ...
+
+    def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
+        """Extend the reservations still held; return the receipts that were."""
+        ...
+
+    def dead_letter(self, receipt: Receipt, reason: str) -> bool:
+        """Move the held job to the dead letters with ``reason``."""
+        ...
+
+    def backlog(self, queue: str) -> Backlog:
+        """Contract v1's backlog figures of ``queue``."""
+        ...
+
+    def size(self, queue: str) -> int:
+        """Jobs waiting on ``queue``: ready, delayed, or with a lapsed reservation."""
+        ...
+
+    def purge(self, queue: str) -> int:
+        """Delete the unreserved jobs of ``queue``; return how many."""
+        ...
+
+    def delete_queue(self, queue: str) -> int:
+        """Delete every job of ``queue``; return how many."""
+        ...
+
+    def sweep_dead_letters(self, retention: float) -> int:
+        """Delete dead letters older than ``retention`` seconds; return how many."""
+        ...
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        """Read dead letters, oldest first."""
+        ...
+
+    def get_job(self, job_id: int) -> dict[str, Any] | None:
+        """The raw row of one job; None if it is gone."""
+        ...
+
+    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+        """Idle up to ``seconds``; True when woken early by a job on one of ``queues``."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (the data stays)."""
+        ...
+
+
+class ExceptionCounts(Protocol):
+    """Laravel's ``maxExceptions`` counts, shared by the workers of one store
+    (:class:`~.laravel_tables.ExceptionCounter`, :class:`~.memory.MemoryExceptionCounter`)."""
+
+    def increment(self, uuid: str) -> int:
+        """Count one more exception of job ``uuid``; return the count."""
+        ...
+
+    def forget(self, uuid: str) -> None:
+        """Drop the count of job ``uuid``."""
+        ...
+
+    def close(self) -> None:
+        """Release what the counter holds."""
+        ...
+
+
+def open_store(url: str, options: StoreOptions | None = None) -> JobContract:
+    """Open the job store at ``url``: :class:`~.memory.MemoryJobStore` for ``memory://…``
+    (this process only: tests and examples), else :class:`~.store.JobStore` on the
+    SQLAlchemy URL (``sqlite:///queue.db``, ``postgresql://…``, ``mysql://…``)."""
+    if is_memory_url(url):
+        return MemoryJobStore(url, options)
+    return JobStore(url, options)

@@ -1,0 +1,706 @@
+"""The in-memory job store: contract v1 in plain Python, for tests and examples.
+
+:class:`MemoryJobStore` has :class:`~.store.JobStore`'s verbs and gives the same answers —
+claim order, visibility timeout, fenced settlements, attempts and dead letters, time to
+live, backlog and size, and the topology (bindings, queue records) — each verb mirroring
+its statement in ``engines/base.py``. It is the conformance suite's fourth engine, and lets
+the Kombu transport (``sqlqueue+memory://``) and the Laravel worker
+(``open_table("memory://…", layout="askr")``) be tested without a database, as dramatiq's
+``StubBroker`` or procrastinate's ``InMemoryConnector`` do.
+
+**One process only.** The data lives in this interpreter, shared by every store opened on
+the same name (``memory://`` or ``memory://name``: a module-level registry, as Kombu's
+``memory://`` transport keeps), so two Kombu connections in one process see the same
+queues. Nothing is durable, no other process sees it, and a forked child gets a copy.
+No SQL here: one lock per name guards everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..exceptions import InvalidURL, MessageTooLarge
+from ..limits import fit_utf8
+from .database import StoreOptions
+from .model import (
+    MAX_CLAIM_ROUNDS,
+    Backlog,
+    ClaimedJob,
+    ClaimResult,
+    DeadLetter,
+    NewJob,
+    Receipt,
+    Route,
+    check_claim,
+    claim_limit,
+    exhausted_reason,
+    job_times,
+    ready_at,
+    reservation_deadline,
+)
+from .names import validate_queue_name
+
+logger = logging.getLogger(__name__)
+
+#: The URL scheme of the in-memory store (``memory://name``).
+MEMORY_SCHEME = "memory"
+
+#: The largest payload the memory store takes, as the SQL engines' default limit.
+MAX_PAYLOAD_BYTES = 1_000_000_000
+
+
+def is_memory_url(url: str) -> bool:
+    """True when ``url`` names the in-memory store (``memory://…``)."""
+    scheme, sep, _rest = url.partition("://")
+    return bool(sep) and scheme.lower() == MEMORY_SCHEME
+
+
+def memory_name(url: str) -> str:
+    """The registry name in ``memory://name`` (``""`` for ``memory://``)."""
+    if not is_memory_url(url):
+        raise InvalidURL(f"{url!r} is not an in-memory store URL (memory:// or memory://name)")
+    return url.partition("://")[2].strip("/")
+
+
+@dataclass(slots=True)
+class _Row:
+    """A row of ``askr_jobs``, its fields in the order ``get_job`` returns them."""
+
+    id: int
+    queue: str
+    payload: bytes
+    priority: int
+    available_at: int
+    reserved_until: int | None
+    attempts: int
+    max_attempts: int
+    created_at: int
+    reserved_token: str | None
+    uuid: str | None
+    expires_at: int | None
+
+    def ready(self, now: int) -> bool:
+        return self.available_at <= now and (
+            self.reserved_until is None or self.reserved_until <= now
+        )
+
+    def order(self) -> tuple[int, int, int]:
+        """The claim order: priority DESC, available_at, id."""
+        return (-self.priority, self.available_at, self.id)
+
+
+@dataclass(slots=True)
+class _Binding:
+    exchange: str
+    routing_key: str
+    queue: str
+    exchange_type: str
+    created_at: int
+
+
+@dataclass(slots=True)
+class _QueueRecord:
+    expires_seconds: int | None
+    last_used_at: int
+    message_ttl_ms: int | None
+
+
+class _Space:
+    """The data of one ``memory://`` name. Every field is guarded by :attr:`lock`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: Notified when a job becomes ready now (wakes ``wait_for_jobs``).
+        self.ready = threading.Condition(self.lock)
+        self.jobs: dict[int, _Row] = {}
+        #: queue -> its rows by id (the claim reads one queue, as the claim index does)
+        self.by_queue: dict[str, dict[int, _Row]] = {}
+        self.last_job_id = 0
+        self.dead: dict[int, DeadLetter] = {}
+        self.last_dead_id = 0
+        self.bindings: dict[tuple[str, str, str], _Binding] = {}
+        self.queues: dict[str, _QueueRecord] = {}
+        #: Laravel's ``maxExceptions`` counts: uuid -> (count, expires_at).
+        self.exception_counts: dict[str, tuple[int, int]] = {}
+        #: Wake-ups so far, and the number of the last one per queue.
+        self.wakeups = 0
+        self.woken: dict[str, int] = {}
+
+    def insert(self, row: _Row) -> int:
+        self.last_job_id += 1
+        row.id = self.last_job_id
+        self.jobs[row.id] = row
+        self.by_queue.setdefault(row.queue, {})[row.id] = row
+        if row.available_at <= row.created_at:  # ready now, as PostgreSQL NOTIFYs
+            self.wake(row.queue)
+        return row.id
+
+    def delete(self, row: _Row) -> None:
+        del self.jobs[row.id]
+        rows = self.by_queue[row.queue]
+        del rows[row.id]
+        if not rows:
+            del self.by_queue[row.queue]
+
+    def held(self, receipt: Receipt) -> _Row | None:
+        """The row if ``receipt`` still holds it (``id = :id AND reserved_token = :token``)."""
+        row = self.jobs.get(receipt.job_id)
+        return row if row is not None and row.reserved_token == receipt.token else None
+
+    def rows_of(self, queue: str) -> list[_Row]:
+        return list(self.by_queue.get(queue, {}).values())
+
+    def wake(self, queue: str) -> None:
+        self.wakeups += 1
+        self.woken[queue] = self.wakeups
+        self.ready.notify_all()
+
+
+_SPACES: dict[str, _Space] = {}
+_SPACES_LOCK = threading.Lock()
+
+
+def _space(name: str) -> _Space:
+    with _SPACES_LOCK:
+        space = _SPACES.get(name)
+        if space is None:
+            space = _SPACES[name] = _Space()
+        return space
+
+
+def reset(url: str | None = None) -> None:
+    """Forget the data of the memory store at ``url`` (of every name when None); stores
+    still open on it keep the old data, so reset between tests, not during one."""
+    with _SPACES_LOCK:
+        if url is None:
+            _SPACES.clear()
+        else:
+            _SPACES.pop(memory_name(url), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """One claim's parameters, read once as :meth:`JobStore._claim_params` reads them."""
+
+    queue: str
+    n: int
+    now: int
+    until: int
+    token: str
+
+
+class MemoryJobStore:
+    """Contract-v1 job operations on this process's memory (see the module docstring).
+
+    The same public interface and answers as :class:`~.store.JobStore`: settlements are
+    fenced by :class:`~.model.Receipt`, time is :attr:`clock` (unix seconds, whole seconds
+    stored, rounded as ``JobStore`` rounds), bad arguments raise the same exceptions.
+    Thread-safe: one lock per name. ``options`` are accepted and not used (no database).
+    """
+
+    def __init__(self, url: str = "memory://", options: StoreOptions | None = None) -> None:
+        #: The registry name: stores of the same name share their data.
+        self.name = memory_name(url)
+        self.url = f"{MEMORY_SCHEME}://{self.name}"
+        self.options = options or StoreOptions()
+        #: Unix-seconds clock; every operation reads it once. Tests may replace it.
+        self.clock: Callable[[], float] = time.time
+        #: The most bytes one payload may have (lower it to test ``MessageTooLarge``).
+        self.max_payload_bytes = MAX_PAYLOAD_BYTES
+        #: Bindings and queue records, beside this store's jobs.
+        self.topology = MemoryTopology(self)
+        self._space = _space(self.name)
+        with self._space.lock:
+            self._seen = self._space.wakeups
+
+    def _now(self) -> int:
+        return int(self.clock())
+
+    # -- schema: nothing to create -------------------------------------------------------
+
+    def ensure_ready(self) -> None:
+        """Nothing to connect to or create: the data exists from the first use of its name."""
+
+    def create_schema(self) -> None:
+        """Nothing to create (kept for :class:`~.store.JobStore`'s interface)."""
+
+    def verify_schema(self) -> None:
+        """Nothing to verify: there is no schema that could lack a column."""
+
+    def close(self) -> None:
+        """Nothing to release; the data stays for other stores of this name (see :func:`reset`)."""
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def check_payload_size(self, size: int) -> None:
+        """Raise :class:`MessageTooLarge` for a payload past :attr:`max_payload_bytes`."""
+        if size > self.max_payload_bytes:
+            raise MessageTooLarge(
+                f"a message of {size:,} bytes is larger than {self.max_payload_bytes:,} bytes, "
+                f"the most the in-memory store {self.url} takes in one message; nothing was stored"
+            )
+
+    def _new_row(self, job: NewJob, now: float) -> _Row:
+        available_at, expires_at = job_times(job, now)
+        self.check_payload_size(len(job.payload))
+        return _Row(
+            0,
+            job.queue,
+            bytes(job.payload),
+            int(job.priority),
+            available_at,
+            None,
+            0,
+            int(job.max_attempts),
+            int(now),
+            None,
+            job.uuid,
+            expires_at,
+        )
+
+    def enqueue(self, job: NewJob) -> int:
+        """Store one job; return its id."""
+        row = self._new_row(job, self.clock())
+        with self._space.lock:
+            return self._space.insert(row)
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Store many jobs at once; return their ids in order."""
+        now = self.clock()
+        rows = [self._new_row(job, now) for job in jobs]
+        with self._space.lock:
+            return [self._space.insert(row) for row in rows]
+
+    # -- claim ---------------------------------------------------------------------------
+
+    def _claim_params(self, queue: str, n: int, visibility: float) -> _Claim:
+        check_claim(queue, n)
+        clock = self.clock()
+        until = reservation_deadline(clock, visibility)
+        return _Claim(queue, int(n), int(clock), until, secrets.token_hex(16))
+
+    def claim(
+        self, queue: str, n: int, visibility: float, max_attempts: int | None = None
+    ) -> ClaimResult:
+        """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds, as
+        :meth:`JobStore.claim <.store.JobStore.claim>` does."""
+        params = self._claim_params(queue, n, visibility)
+        if n <= 0:
+            return ClaimResult([])
+        with self._space.lock:
+            result = self._claim_in(params, max_attempts)
+        result.log(logger, queue)
+        return result
+
+    def _claim_in(self, params: _Claim, max_attempts: int | None) -> ClaimResult:
+        s = self._space
+        now, token = params.now, params.token
+        jobs: list[ClaimedJob] = []
+        dead = expired = 0
+        # Rounds as JobStore's: a round that met expired rows and came up short claims again.
+        for _round in range(MAX_CLAIM_ROUNDS):
+            ready = (r for r in s.rows_of(params.queue) if r.ready(now))
+            rows = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
+            past_ttl: list[_Row] = []
+            for row in rows:
+                row.reserved_until, row.reserved_token = params.until, token
+                row.attempts += 1
+                if row.expires_at is not None and row.expires_at <= now:
+                    # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
+                    past_ttl.append(row)
+                    continue
+                limit = claim_limit(row.max_attempts, max_attempts)
+                if row.attempts > limit:
+                    self._dead_letter_in(row, exhausted_reason(limit), now, uncounted=1)
+                    dead += 1
+                    continue
+                jobs.append(
+                    ClaimedJob(
+                        row.id,
+                        row.queue,
+                        row.payload,
+                        row.priority,
+                        row.attempts,
+                        limit,
+                        token,
+                        row.uuid,
+                    )
+                )
+            for row in past_ttl:
+                s.delete(row)
+            expired += len(past_ttl)
+            if not past_ttl or len(jobs) >= params.n:
+                break
+        return ClaimResult(jobs, dead, expired)
+
+    def ack_and_claim(
+        self,
+        receipt: Receipt,
+        then: Sequence[NewJob],
+        queues: Sequence[str],
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[bool, ClaimedJob | None]:
+        """Ack a delivery (storing ``then``) and claim the next job of the first of
+        ``queues`` that has one, at once. Returns (acked, next job)."""
+        now = self.clock()
+        rows = [self._new_row(job, now) for job in then]
+        claims = [self._claim_params(q, 1, visibility) for q in queues]
+        results: list[tuple[ClaimResult, str]] = []
+        outcome: tuple[bool, ClaimedJob | None]
+        with self._space.lock:
+            acked = self._ack_in(receipt, rows)
+            outcome = (acked, None)
+            for params in claims:
+                result = self._claim_in(params, max_attempts)
+                results.append((result, params.queue))
+                if result.jobs:
+                    outcome = (acked, result.jobs[0])
+                    break
+        for result, queue in results:
+            result.log(logger, queue)
+        return outcome
+
+    # -- settlements (fenced) ------------------------------------------------------------
+
+    def _ack_in(self, receipt: Receipt, then: Sequence[_Row] = ()) -> bool:
+        row = self._space.held(receipt)
+        if row is None:
+            return False
+        self._space.delete(row)
+        for new in then:
+            self._space.insert(new)
+        return True
+
+    def ack(self, receipt: Receipt) -> bool:
+        """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""
+        with self._space.lock:
+            return self._ack_in(receipt)
+
+    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
+        """Ack a delivery and store ``jobs`` at once; when the delivery is stale nothing
+        is written and ``False`` is returned."""
+        now = self.clock()
+        rows = [self._new_row(job, now) for job in jobs]
+        with self._space.lock:
+            return self._ack_in(receipt, rows)
+
+    def ack_many(self, receipts: Sequence[Receipt]) -> int:
+        """Ack several deliveries at once; return how many were still held."""
+        with self._space.lock:
+            return sum(self._ack_in(r) for r in set(receipts))
+
+    def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
+        return self._make_ready(receipt, delay, refund=False)
+
+    def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        """Hand back a delivery that never started: ready after ``delay`` seconds, its
+        attempt refunded; fenced."""
+        return self._make_ready(receipt, delay, refund=True)
+
+    def _make_ready(self, receipt: Receipt, delay: float, *, refund: bool) -> bool:
+        available_at = ready_at(self.clock(), delay)
+        s = self._space
+        with s.lock:
+            row = s.held(receipt)
+            if row is None:
+                return False
+            row.reserved_until = row.reserved_token = None
+            row.available_at = available_at
+            if refund:
+                row.attempts = max(row.attempts - 1, 0)
+            if delay <= 0:  # ready now: wake idle consumers (the SQL engines poll for it)
+                s.wake(row.queue)
+            return True
+
+    def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
+        """Extend the reservations still held; return the receipts that were."""
+        if not receipts:
+            return set()
+        until = reservation_deadline(self.clock(), visibility)
+        still: set[Receipt] = set()
+        with self._space.lock:
+            for receipt in set(receipts):
+                row = self._space.held(receipt)
+                if row is not None:
+                    row.reserved_until = until
+                    still.add(receipt)
+        return still
+
+    def _dead_letter_in(self, row: _Row, reason: str, now: int, uncounted: int = 0) -> None:
+        s = self._space
+        s.last_dead_id += 1
+        s.dead[s.last_dead_id] = DeadLetter(
+            s.last_dead_id,
+            row.uuid,
+            row.queue,
+            row.payload,
+            fit_utf8(reason),  # as JobStore: a huge reason is cut, the move goes through
+            row.attempts - uncounted,  # deliveries made (a refusing claim counted one more)
+            now,
+        )
+        s.delete(row)
+
+    def dead_letter(self, receipt: Receipt, reason: str) -> bool:
+        """Move the held job to the dead letters with ``reason``, at once; fenced."""
+        now = self._now()
+        with self._space.lock:
+            row = self._space.held(receipt)
+            if row is None:
+                return False
+            self._dead_letter_in(row, reason, now)
+            return True
+
+    # -- queues --------------------------------------------------------------------------
+
+    def backlog(self, queue: str) -> Backlog:
+        """Contract v1's ``total``, ``ready`` and ``oldest_seconds`` for ``queue``."""
+        validate_queue_name(queue)
+        now = self._now()
+        with self._space.lock:
+            rows = self._space.rows_of(queue)
+            ready = [r.available_at for r in rows if r.ready(now)]
+        return Backlog(queue, len(rows), len(ready), now - min(ready) if ready else 0)
+
+    def size(self, queue: str) -> int:
+        """Jobs waiting on ``queue``: ready, delayed, or with a lapsed reservation."""
+        validate_queue_name(queue)
+        now = self._now()
+        with self._space.lock:
+            rows = self._space.rows_of(queue)
+            return sum(r.reserved_until is None or r.reserved_until <= now for r in rows)
+
+    def purge(self, queue: str) -> int:
+        """Delete the unreserved jobs of ``queue`` (delayed ones too); return how many.
+        A reservation, even a lapsed one, stays: its holder may still be running it."""
+        validate_queue_name(queue)
+        with self._space.lock:
+            return self._delete_where(queue, lambda r: r.reserved_until is None)
+
+    def delete_queue(self, queue: str) -> int:
+        """Delete every job of ``queue``, held ones included; return how many."""
+        validate_queue_name(queue)
+        with self._space.lock:
+            return self._delete_where(queue, lambda r: True)
+
+    def _delete_where(self, queue: str, doomed: Callable[[_Row], bool]) -> int:
+        rows = [r for r in self._space.rows_of(queue) if doomed(r)]
+        for row in rows:
+            self._space.delete(row)
+        return len(rows)
+
+    # -- dead letters --------------------------------------------------------------------
+
+    def sweep_dead_letters(self, retention: float) -> int:
+        """Delete dead letters older than ``retention`` seconds; return how many."""
+        cutoff = self._now() - int(retention)
+        with self._space.lock:
+            dead = self._space.dead
+            old = [i for i, d in dead.items() if d.failed_at < cutoff]
+            for i in old:
+                del dead[i]
+        return len(old)
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        """Read dead letters, oldest first (all queues when ``queue`` is None)."""
+        if queue is not None:
+            validate_queue_name(queue)
+        with self._space.lock:
+            found = [d for d in self._space.dead.values() if queue is None or d.queue == queue]
+        return found[: max(0, int(limit))]
+
+    # -- inspection and waiting ----------------------------------------------------------
+
+    def get_job(self, job_id: int) -> dict[str, Any] | None:
+        """The raw row of one job (``JobStore.get_job``'s columns), for inspection and
+        tests; None if it is gone."""
+        with self._space.lock:
+            row = self._space.jobs.get(job_id)
+            return None if row is None else dataclasses.asdict(row)
+
+    def rows(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Every stored job (of ``queue``, or of all queues) as :meth:`get_job` returns it,
+        in id order: what a test reads with ``SELECT * FROM askr_jobs`` on a database."""
+        with self._space.lock:
+            rows = self._space.jobs.values() if queue is None else self._space.rows_of(queue)
+            return [dataclasses.asdict(r) for r in sorted(rows, key=lambda r: r.id)]
+
+    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+        """Idle wait: up to ``seconds``, returning early (True) when a job becomes ready on
+        one of ``queues`` (any queue if None): enqueued ready, or released with no delay,
+        since the last wait. (A delayed job coming due wakes nobody, as on PostgreSQL.)"""
+        if seconds <= 0:
+            return False
+        s = self._space
+        wanted = None if queues is None else set(queues)
+
+        def woken() -> bool:
+            if wanted is None:
+                return s.wakeups > self._seen
+            return any(s.woken.get(q, 0) > self._seen for q in wanted)
+
+        with s.ready:
+            found = s.ready.wait_for(woken, timeout=seconds)
+            self._seen = s.wakeups
+        return found
+
+
+class MemoryTopology:
+    """Bindings and queue records of a :class:`MemoryJobStore`'s name, as
+    :class:`~.topology.Topology` keeps them in ``askr_bindings`` and ``askr_queues``."""
+
+    def __init__(self, store: MemoryJobStore) -> None:
+        self._store = store
+
+    # -- exchange bindings ---------------------------------------------------------------
+
+    def bind(self, exchange: str, exchange_type: str, routing_key: str, queue: str) -> None:
+        """Store the binding of ``queue`` to ``exchange`` (idempotent)."""
+        validate_queue_name(queue)
+        s = self._store
+        binding = _Binding(exchange, routing_key, queue, exchange_type, s._now())
+        with s._space.lock:
+            s._space.bindings.setdefault((exchange, routing_key, queue), binding)
+
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
+        """Remove one stored binding."""
+        with self._store._space.lock:
+            self._store._space.bindings.pop((exchange, routing_key, queue), None)
+
+    def bindings(self, exchange: str) -> list[tuple[str, str, str]]:
+        """``(routing_key, queue, exchange_type)`` of every queue bound to ``exchange``."""
+        return [(r.routing_key, r.queue, r.exchange_type) for r in self.routes(exchange)]
+
+    def routes(self, exchange: str) -> list[Route]:
+        """Every binding of ``exchange``, with its queue's message TTL, oldest first."""
+        s = self._store._space
+        with s.lock:
+            found = sorted(
+                (b for b in s.bindings.values() if b.exchange == exchange),
+                key=lambda b: (b.created_at, b.queue),
+            )
+            routes = [(b, s.queues.get(b.queue)) for b in found]
+        return [
+            Route(b.routing_key, b.queue, b.exchange_type, _message_ttl(record))
+            for b, record in routes
+        ]
+
+    # -- queue records: lifetime (x-expires) and message TTL (x-message-ttl) -------------
+
+    def declare_queue(
+        self, queue: str, expires: float | None, message_ttl: float | None = None
+    ) -> None:
+        """Record ``queue`` as used now, deleted after ``expires`` seconds unused (None:
+        never); its messages live ``message_ttl`` seconds (None: until consumed)."""
+        validate_queue_name(queue)
+        record = _QueueRecord(
+            None if expires is None else max(1, math.ceil(expires)),
+            self._store._now(),
+            None if message_ttl is None else max(0, round(message_ttl * 1000)),
+        )
+        with self._store._space.lock:
+            self._store._space.queues[queue] = record
+
+    def touch_queues(self, queues: Collection[str]) -> set[str]:
+        """Mark ``queues`` as used now; return those that still exist (not swept)."""
+        now = self._store._now()
+        s = self._store._space
+        with s.lock:
+            present = {q for q in queues if q in s.queues}
+            for name in present:
+                s.queues[name].last_used_at = now
+        return present
+
+    def expired_queues(self) -> list[str]:
+        """Queues unused for longer than their ``expires``."""
+        now = self._store._now()
+        with self._store._space.lock:
+            return [
+                name
+                for name, r in self._store._space.queues.items()
+                if r.expires_seconds is not None and r.last_used_at + r.expires_seconds <= now
+            ]
+
+    def discard_expired(self) -> dict[str, int]:
+        """Delete unclaimed messages past their TTL in every queue that has a message TTL;
+        return how many went per queue."""
+        store = self._store
+        now = store._now()
+        discarded: dict[str, int] = {}
+        with store._space.lock:
+            for name, record in store._space.queues.items():
+                if record.message_ttl_ms is None:
+                    continue
+                # As Topology: created_before rounds the TTL up and keeps a second's margin.
+                created_before = now - math.ceil(record.message_ttl_ms / 1000.0) - 1
+
+                def doomed(r: _Row, created_before: int = created_before) -> bool:
+                    expired = r.expires_at is not None and r.expires_at <= now
+                    return r.reserved_until is None and (expired or r.created_at <= created_before)
+
+                count = store._delete_where(name, doomed)
+                if count:
+                    discarded[name] = count
+        return discarded
+
+    def drop_queue(self, queue: str) -> int:
+        """Delete ``queue``: its jobs (held ones too), its bindings and its record, at
+        once; return how many jobs went."""
+        s = self._store._space
+        with s.lock:
+            for key in [k for k, b in s.bindings.items() if b.queue == queue]:
+                del s.bindings[key]
+            s.queues.pop(queue, None)
+            return self._store._delete_where(queue, lambda r: True)
+
+
+def _message_ttl(record: _QueueRecord | None) -> float | None:
+    """A queue's message TTL in seconds (``binding_list``'s LEFT JOIN: None if unrecorded)."""
+    if record is None or record.message_ttl_ms is None:
+        return None
+    return record.message_ttl_ms / 1000.0
+
+
+class MemoryExceptionCounter:
+    """Laravel's ``maxExceptions`` counts in a memory store's name, with
+    :class:`~.laravel_tables.ExceptionCounter`'s rules (a count lasts a day from its first
+    exception), read on the store's clock."""
+
+    #: Laravel keeps a count for a day after it was first written.
+    TTL = 86400
+
+    def __init__(self, store: MemoryJobStore) -> None:
+        self._store = store
+
+    def increment(self, uuid: str) -> int:
+        """Count one more exception of job ``uuid``; return the count."""
+        now = self._store._now()
+        counts = self._store._space.exception_counts
+        with self._store._space.lock:
+            count, expires_at = counts.get(uuid, (0, now))
+            if count and expires_at > now:
+                counts[uuid] = (count + 1, expires_at)
+                return count + 1
+            # First exception (or an expired count): start afresh, sweeping old counts.
+            for key in [k for k, (_c, e) in counts.items() if e <= now]:
+                del counts[key]
+            counts[uuid] = (1, now + self.TTL)
+            return 1
+
+    def forget(self, uuid: str) -> None:
+        """Drop the count of job ``uuid`` (it failed, or it is done)."""
+        with self._store._space.lock:
+            self._store._space.exception_counts.pop(uuid, None)
+
+    def close(self) -> None:
+        """Nothing to release."""
