@@ -1,0 +1,125 @@
+"""The layers of ARCHITECTURE.md, checked: imports run one way, and no module imports
+itself back (type-only imports count: a circle under ``TYPE_CHECKING`` is still a circle
+a reader has to untangle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("kombu_sqlqueue", "laravel_bridge")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def imports() -> dict[str, set[str]]:
+    """Module → every module it imports (ours and others', top-level and nested)."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = _module_name(path)
+            here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+            found: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    found.update(a.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        base = here[: len(here) - (node.level - 1)]
+                        target = ".".join([*base, *([node.module] if node.module else [])])
+                    else:
+                        target = node.module or ""
+                    for alias in node.names:  # `from . import php_serialize` is a module
+                        sub = f"{target}.{alias.name}"
+                        found.add(sub if _is_module(sub) else target)
+            graph[name] = found - {name}
+    return graph
+
+
+def ours(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {m: {d for d in deps if d in graph} for m, deps in graph.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    path: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                found.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_the_checker_sees_a_circle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle() -> None:
+    assert cycles(ours(imports())) == []
+
+
+def _third_party(deps: set[str], top: str) -> set[str]:
+    return {d for d in deps if d == top or d.startswith(top + ".")}
+
+
+@pytest.mark.parametrize("forbidden", ["kombu", "celery"])
+def test_the_store_knows_no_kombu(forbidden: str) -> None:
+    graph = imports()
+    offenders = {
+        m: _third_party(deps, forbidden)
+        for m, deps in graph.items()
+        if m.startswith("kombu_sqlqueue.store") and _third_party(deps, forbidden)
+    }
+    assert offenders == {}
+
+
+def test_the_bridge_needs_neither_kombu_nor_sql() -> None:
+    graph = imports()
+    offenders = {
+        m: {d for d in deps if d.split(".")[0] in ("kombu", "celery", "sqlalchemy")}
+        for m, deps in graph.items()
+        if m.startswith("laravel_bridge")
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_the_store_never_imports_the_layers_above_it() -> None:
+    graph = ours(imports())
+    above = {m for m in graph if m.startswith("laravel_bridge")} | {
+        m
+        for m in graph
+        if m.startswith("kombu_sqlqueue.")
+        and not m.startswith("kombu_sqlqueue.store")
+        # the package-wide leaves every layer shares
+        and m not in ("kombu_sqlqueue.exceptions", "kombu_sqlqueue.limits")
+    }
+    offenders = {
+        m: deps & above for m, deps in graph.items() if m.startswith("kombu_sqlqueue.store")
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}
