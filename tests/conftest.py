@@ -5,7 +5,7 @@ contract-v1 suite against the store, parametrized over every engine;
 ``integration/`` — Kombu through ``kombu.Connection``; ``e2e/`` — real
 ``celery worker`` processes and real process crashes.
 
-Engines: ``ENGINES`` lists the databases the parametrized suites run on. The
+Engines: ``ENGINES`` (tests/support.py) lists the databases the parametrized suites run on. The
 SQLite engine needs only a file; PostgreSQL and MariaDB tests start a
 throwaway server once per session (``tests/servers.py``) and give each test a
 fresh database on it. Under ``CI=true`` a missing server fails the test
@@ -31,11 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers  # noqa: E402  (tests/servers.py: throwaway PostgreSQL and MariaDB)
 from servers import in_ci  # noqa: E402
-from support import unavailable  # noqa: E402
-
-#: Engines the parametrized suites run on.
-ENGINES = ["sqlite", "postgresql", "mysql"]
-
+from support import ENGINES, unavailable  # noqa: E402
 
 _started: dict[str, servers.Server | BaseException] = {}
 

@@ -7,6 +7,10 @@ from typing import NoReturn
 import pytest
 from servers import in_ci
 
+#: The SQL engines the parametrized suites run on (the conformance suite adds the in-memory
+#: store: tests/conformance/conftest.py).
+ENGINES = ["sqlite", "postgresql", "mysql"]
+
 
 def unavailable(message: str) -> NoReturn:
     """Something a test needs (a server, a program, root) is missing: fail under

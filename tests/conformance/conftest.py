@@ -1,4 +1,4 @@
-"""The conformance suite's engines: ``ENGINES`` (tests/conftest.py) and the in-memory store.
+"""The conformance suite's engines: ``ENGINES`` (tests/support.py) and the in-memory store.
 
 The in-memory store is an engine here only: the integration and e2e tiers run real
 processes, and its data lives in one.
@@ -10,13 +10,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from support import ENGINES
 
 from kombu_sqlqueue.store import JobContract, StoreOptions, memory, open_store
 
 #: The in-memory store's name as an engine.
 MEMORY = "memory"
-#: tests/conftest.py's ENGINES, and the in-memory store.
-CONFORMANCE_ENGINES = ["sqlite", "postgresql", "mysql", MEMORY]
+#: The SQL engines, and the in-memory store.
+CONFORMANCE_ENGINES = [*ENGINES, MEMORY]
 
 
 @pytest.fixture(params=CONFORMANCE_ENGINES)
