@@ -44,7 +44,6 @@ from queue import Empty
 from time import monotonic
 from typing import Any
 
-import sqlalchemy
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
@@ -66,11 +65,12 @@ from .exceptions import (
     StoreError,
 )
 from .expiry import QueueKeeper
+from .isolation import RedeliveryIsolation
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, PendingSettlements, QoS, Renewer
 from .routing import RoutingCache
 from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
-from .store.memory import is_memory_url
+from .store.contract import driver_version, render_url
 from .store.names import validate_queue_name
 from .transient import TransientWriter
 
@@ -94,14 +94,8 @@ class Channel(virtual.Channel):
         self._noack_buffer: dict[str, deque[dict[str, Any]]] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
-        #: The redelivered message delivered alone, until it is settled.
-        self._suspect: str | None = None
-        #: A redelivered message waits until this channel holds nothing else.
-        self._suspect_waiting = False
-        #: Until when (time.monotonic) claims pause for the redelivered message.
-        self._isolation_until: float | None = None
-        #: The pause ran out: claim as usual until this channel holds nothing.
-        self._isolation_spent = False
+        #: A redelivered message is delivered alone.
+        self._isolation = RedeliveryIsolation(self.options.visibility_timeout)
 
     # -- publishing -------------------------------------------------------------------
 
@@ -229,42 +223,17 @@ class Channel(virtual.Channel):
             raise Empty()
         self._deliver_batch(queue, messages, callback)
 
-    # A redelivered message — its last holder died, or gave it back — is delivered alone:
-    # if it kills its consumer again, no innocent message pays an attempt for it. Alone
-    # means: taken only when the channel holds nothing else, and nothing more is claimed
-    # while it is held — each for at most visibility_timeout, so a consumer that needs a
-    # second message before it settles the first (an aggregator) is slowed, never stuck.
-
     def _isolate_redelivered(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """The jobs to deliver of a claim; the others are handed back, attempts refunded."""
-        if self._isolation_spent:
-            if self._holds_deliveries():
-                return jobs
-            self._isolation_spent = False
-        first = next((job for job in jobs if job.attempts > 1), None)
-        if first is None:
-            return jobs
-        self._isolation_until = monotonic() + self.options.visibility_timeout
-        if self._holds_deliveries():
-            self._suspect_waiting = True  # claim it again once what we hold is settled
-            self._hand_back([job.receipt for job in jobs])
-            return []
-        self._hand_back([job.receipt for job in jobs if job is not first])
-        self._suspect = delivery_tag(first.receipt)
-        return [first]
+        """The jobs of a claim to deliver (a redelivered one alone: see isolation.py);
+        the others are handed back, attempts refunded."""
+        deliver, back = self._isolation.select(jobs, self._holds_deliveries())
+        if back:
+            self._hand_back([job.receipt for job in back])
+        return deliver
 
     def _isolating(self) -> bool:
-        """True while claims pause for a redelivered message (see above)."""
-        if self._isolation_until is None:
-            return False
-        suspect_held = self._suspect is not None and self._suspect in self.connection.held
-        waiting = self._suspect_waiting and self._holds_deliveries()
-        if (suspect_held or waiting) and monotonic() < self._isolation_until:
-            return True
-        if suspect_held or waiting:  # past the bound: claim as usual until we hold nothing
-            self._isolation_spent = True
-        self._suspect, self._suspect_waiting, self._isolation_until = None, False, None
-        return False
+        """True while claims pause for a redelivered message (see isolation.py)."""
+        return self._isolation.pausing(self.connection.held, self._holds_deliveries())
 
     def _deliver_batch(
         self, queue: str, messages: list[dict[str, Any]], callback: Callable[[Any, str], Any]
@@ -659,19 +628,14 @@ class Transport(virtual.Transport):
             self.store.close()
 
     def driver_version(self) -> str:
-        return str(sqlalchemy.__version__)
+        return driver_version()
 
     @property
     def default_connection_params(self) -> dict[str, Any]:
         return {"hostname": "sqlite:///kombu-sqlqueue.db"}
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
-        from sqlalchemy.engine import make_url
-
-        if is_memory_url(uri):  # not an SQLAlchemy URL, and holds no password
-            return f"sqlqueue+{uri}"
-        rendered = make_url(uri).render_as_string(hide_password=not include_password)
-        return f"sqlqueue+{rendered}"
+        return f"sqlqueue+{render_url(uri, include_password=include_password)}"
 
 
 __all__ = ["Channel", "Transport", "__version__", "eta_delay"]  # eta_delay: envelope's

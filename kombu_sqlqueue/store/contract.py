@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
+import sqlalchemy
+from sqlalchemy.engine import make_url
+
 from .database import StoreOptions
 from .memory import MemoryJobStore, is_memory_url
 from .model import Backlog, ClaimedJob, ClaimResult, DeadLetter, NewJob, Receipt, Route
@@ -203,3 +206,15 @@ def open_store(url: str, options: StoreOptions | None = None) -> JobContract:
     if is_memory_url(url):
         return MemoryJobStore(url, options)
     return JobStore(url, options)
+
+
+def render_url(url: str, *, include_password: bool = False) -> str:
+    """``url`` as logs and ``Connection.as_uri`` show it: the password hidden unless asked."""
+    if is_memory_url(url):  # not an SQLAlchemy URL, and holds no password
+        return url
+    return make_url(url).render_as_string(hide_password=not include_password)
+
+
+def driver_version() -> str:
+    """The version of the library under every SQL store (SQLAlchemy)."""
+    return str(sqlalchemy.__version__)

@@ -123,3 +123,13 @@ def test_the_store_never_imports_the_layers_above_it() -> None:
         m: deps & above for m, deps in graph.items() if m.startswith("kombu_sqlqueue.store")
     }
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_the_transport_holds_no_sql() -> None:
+    graph = imports()
+    offenders = {
+        m: _third_party(deps, "sqlalchemy")
+        for m, deps in graph.items()
+        if m.startswith("kombu_sqlqueue") and not m.startswith("kombu_sqlqueue.store")
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}
