@@ -18,3 +18,17 @@ def unavailable(message: str) -> NoReturn:
     if in_ci():
         pytest.fail(message)
     pytest.skip(message)
+
+
+#: Where a test's :class:`Clock` starts (2027-01-15 08:00:00 UTC).
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    """A clock the test moves (``clock.now = …``), for stores and workers."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

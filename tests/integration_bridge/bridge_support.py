@@ -13,23 +13,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from laravel_support import APP_KEY
+from support import Clock
 
 from kombu_sqlqueue.store import NewJob
 from laravel_bridge import HandlerRegistry, Worker, WorkerOptions
 from laravel_bridge.tables import JobTable
-
-#: Where a test's :class:`Clock` starts (2027-01-15 08:00:00 UTC).
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    """A clock the test moves (``clock.now = …``), for the store and the worker."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_worker(table: JobTable, registry: HandlerRegistry, clock: Clock, **options: Any) -> Worker:

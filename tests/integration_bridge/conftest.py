@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from bridge_support import Clock
 from laravel_support import APP_KEY
+from support import Clock
 
 from laravel_bridge import HandlerRegistry, LaravelQueue
 from laravel_bridge.tables import JobTable, open_table

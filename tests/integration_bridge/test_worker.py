@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from bridge_support import T0, Clock, failed, make_worker
+from bridge_support import failed, make_worker
+from support import T0, Clock
 
 from laravel_bridge import (
     HandlerRegistry,

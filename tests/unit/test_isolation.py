@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
+from support import Clock
+
 from kombu_sqlqueue.envelope import delivery_tag
 from kombu_sqlqueue.isolation import RedeliveryIsolation
 from kombu_sqlqueue.store import ClaimedJob
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def job(job_id: int, attempts: int = 1) -> ClaimedJob:

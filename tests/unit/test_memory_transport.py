@@ -12,27 +12,19 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
-from kombu_sqlqueue.store import MemoryJobStore, NewJob, memory
+from kombu_sqlqueue.store import MemoryJobStore, NewJob
 
 T0 = 1_800_000_000.0
 #: Fast polls: an idle consumer in these tests waits for nothing.
 FAST = {"polling_interval": 0.01, "max_polling_interval": 0.02}
 
 Connect = Callable[..., Connection]
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    name = f"memory://unit-{uuid.uuid4().hex[:12]}"
-    yield name
-    memory.reset(name)
 
 
 @pytest.fixture

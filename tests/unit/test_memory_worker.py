@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
+from support import T0, Clock
 
-from kombu_sqlqueue.store import MemoryJobStore, NewJob, memory
+from kombu_sqlqueue.store import MemoryJobStore, NewJob
 from laravel_bridge import HandlerRegistry, Job, LaravelQueue, Worker, WorkerOptions
 from laravel_bridge.exceptions import LaravelBridgeError
 from laravel_bridge.tables import JobTable, open_table
-
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    name = f"memory://bridge-{uuid.uuid4().hex[:12]}"
-    yield name
-    memory.reset(name)
 
 
 @pytest.fixture
