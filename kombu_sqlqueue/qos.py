@@ -107,53 +107,33 @@ class PendingSettlements:
 
     def __init__(self, store: JobContract) -> None:
         self.store = store
+        #: Guards the list and the reported flag (held briefly, never across a write).
         self._lock = threading.Lock()
+        #: One retrier at a time: the consumer between polls, or the renewer thread.
+        self._retrying = threading.Lock()
         self._pending: list[Settlement] = []
         self._reported = False
 
     def settle(self, settlement: Settlement) -> None:
         """Write ``settlement`` now, or keep it when the database refuses writes."""
         with self._lock:
-            if self._pending:  # keep their order behind those already waiting
+            if self._pending:  # behind those already waiting: the database refuses writes
                 self._pending.append(settlement)
                 return
         try:
             written = settlement.write(self.store)
         except StoreConditionError as exc:
-            with self._lock:
-                self._pending.append(settlement)
-            self._report(exc)
+            self._keep(settlement, exc)
             return
         if not written:
             _warn_stale(settlement)
 
-    def retry(self) -> None:
-        """Write the kept settlements, in order, until one is refused again.
-
-        Called by the consumer between polls and by the renewer thread; a retry already
-        under way in the other thread is not waited for.
-        """
-        if not self._pending or not self._lock.acquire(blocking=False):
-            return
-        try:
-            while self._pending:
-                settlement = self._pending[0]
-                try:
-                    written = settlement.write(self.store)
-                except StoreConditionError:
-                    return
-                self._pending.pop(0)
-                if not written:
-                    _warn_stale(settlement)
-            if self._reported:
-                logger.warning("settling deliveries again: the database accepts writes")
-                self._reported = False
-        finally:
-            self._lock.release()
-
-    def _report(self, exc: StoreConditionError) -> None:
-        if not self._reported:
+    def _keep(self, settlement: Settlement, exc: StoreConditionError) -> None:
+        with self._lock:
+            self._pending.append(settlement)
+            report = not self._reported
             self._reported = True
+        if report:
             logger.error(
                 "cannot settle deliveries: %s; the acks and rejects are kept and written once "
                 "the database accepts writes (a delivery whose reservation lapses meanwhile "
@@ -161,19 +141,68 @@ class PendingSettlements:
                 exc,
             )
 
+    def retry(self) -> None:
+        """Write the kept settlements, in order, until one is refused again.
+
+        Called by the consumer between polls and by the renewer thread; a retry already
+        under way in the other thread is not waited for. A settlement that fails for
+        another reason is dropped, logged: its delivery comes back when its reservation
+        lapses (kept, it would stop every later one).
+        """
+        if not self._pending or not self._retrying.acquire(blocking=False):
+            return
+        try:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        break
+                    settlement = self._pending[0]
+                try:
+                    written = settlement.write(self.store)
+                except StoreConditionError:
+                    return
+                except Exception as exc:
+                    written = True  # not stale: failed; said here
+                    logger.error(
+                        "could not settle job %d of queue %r (%s); it comes back when its "
+                        "reservation lapses",
+                        settlement.held.receipt.job_id,
+                        settlement.held.queue,
+                        exc,
+                    )
+                with self._lock:  # give_up may have cleared the list meanwhile
+                    if self._pending and self._pending[0] is settlement:
+                        self._pending.pop(0)
+                if not written:
+                    _warn_stale(settlement)
+            with self._lock:
+                cleared, self._reported = self._reported, False
+            if cleared:
+                logger.warning("settling deliveries again: the database accepts writes")
+        finally:
+            self._retrying.release()
+
     def __len__(self) -> int:
         return len(self._pending)
 
-    def give_up(self) -> None:
-        """At close: a last try; what is still refused comes back after its reservation lapses."""
+    def give_up(self, wait: float = 5.0) -> None:
+        """At close: a last try; what is still refused comes back after its reservation
+        lapses. Waits up to ``wait`` seconds for a retry under way in the renewer."""
         self.retry()
-        if self._pending:
+        waited = self._retrying.acquire(timeout=wait)
+        try:
+            with self._lock:
+                left, self._pending = len(self._pending), []
+                self._reported = False
+        finally:
+            if waited:
+                self._retrying.release()
+        if left:
             logger.error(
                 "closing with %d unwritten settlement(s) (the database refuses writes); those "
                 "deliveries come back when their reservations lapse",
-                len(self._pending),
+                left,
             )
-            self._pending.clear()
 
 
 def _warn_stale(settlement: Settlement) -> None:
@@ -262,9 +291,12 @@ class Renewer:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                if self.pending is not None:
+            if self.pending is not None:
+                try:
                     self.pending.retry()
+                except Exception:  # renewing below must not wait for it
+                    logger.exception("writing kept settlements failed; will retry")
+            try:
                 self.renew_once()
             except Exception:  # keep renewing; a failed round is retried next interval
                 logger.exception("renewing reservations failed; will retry")

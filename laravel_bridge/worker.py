@@ -384,6 +384,8 @@ class Worker:
         )
         try:
             with self._time_limit(timeout):
+                # The worker's own Job: job.release() / job.fail() in the handler are read
+                # back from it when the handler returns.
                 handler.handle(parsed)
         except JobTimedOut as exc:
             self._after_exception(job, parsed, exc, handler, timed_out=True)
@@ -596,7 +598,8 @@ class Worker:
         """Move an unreadable job to the failed table as stored; it keeps the payload's
         uuid when that is usable, else gets a new one (``failed_jobs.uuid`` is required)."""
         uuid = exc.uuid or str(uuid_module.uuid4())
-        reason = storable_text(f"{MalformedJob.__module__}.MalformedJob: {exc}")
+        # The name failed_jobs rows have always carried (still importable from here).
+        reason = storable_text(f"laravel_bridge.worker.MalformedJob: {exc}")
         if self.table.fail(job, self.options.connection, uuid, reason):
             logger.warning(
                 "job %s on %r is malformed, moved to failed jobs: %s", job.id, job.queue, exc

@@ -10,6 +10,8 @@ from servers import in_ci
 #: The SQL engines the parametrized suites run on (the conformance suite adds the in-memory
 #: store: tests/conformance/conftest.py).
 ENGINES = ["sqlite", "postgresql", "mysql"]
+#: The in-memory store's name as an engine of the conformance suite.
+MEMORY = "memory"
 
 
 def unavailable(message: str) -> NoReturn:
@@ -32,3 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

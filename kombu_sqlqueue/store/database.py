@@ -46,8 +46,9 @@ class StoreOptions:
     synchronous_commit: str | None = None
 
     def __post_init__(self) -> None:
-        # Every engine checks the options it reads, whatever the URL: a typo fails now.
-        for engine_cls in set(ENGINES.values()):
+        # Every engine checks the options it reads, whatever the URL: a typo fails now
+        # (in ENGINES' order, so of two bad values the same one is named every time).
+        for engine_cls in dict.fromkeys(ENGINES.values()):
             engine_cls.check_options(self)
         if self.busy_timeout <= 0:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
@@ -105,6 +106,11 @@ class TableStore:
     """
 
     def __init__(self, database: str | Database, options: StoreOptions | None = None) -> None:
+        if isinstance(database, Database) and options is not None:
+            raise ConfigurationError(
+                "a store opened on a shared Database takes that Database's options; "
+                "give them to Database(url, options)"
+            )
         self._owns_database = not isinstance(database, Database)
         self.database = database if isinstance(database, Database) else Database(database, options)
         self.options = self.database.options

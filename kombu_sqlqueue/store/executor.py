@@ -90,6 +90,8 @@ class Compiled:
     positional: tuple[str, ...] | None
     #: Values bound into the statement when it was built (a LIMIT's OFFSET 0 …).
     defaults: Mapping[str, Any]
+    #: The statement compiled: kept alive while its id is a cache key.
+    source: object = None
 
     def args(self, params: Mapping[str, Any]) -> Any:
         if self.defaults:
@@ -113,7 +115,7 @@ class Tx:
         *,
         key: Hashable | None = None,
     ) -> Any:
-        """Run a named statement with ``params``, compiling it once per store.
+        """Run a named statement with ``params``, compiling it once per database.
 
         A statement built on demand is passed as a zero-argument builder
         together with the ``key`` its compiled form is cached under.
@@ -210,7 +212,12 @@ class Executor:
     def compiled(
         self, stmt: sa.Executable | Callable[[], sa.Executable], key: Hashable | None = None
     ) -> Compiled:
-        """The cached compiled form of ``stmt`` (named queries live as long as their class)."""
+        """The cached compiled form of ``stmt``.
+
+        Keyed by the statement's id, and the entry keeps the statement alive: statements
+        built per store (Laravel's, per table pair) on a shared :class:`~.database.Database`
+        must not hand their id, and so their SQL, to a later store's statement.
+        """
         cache_key = id(stmt) if key is None else key
         found = self._cache.get(cache_key)
         if found is None:
@@ -219,7 +226,7 @@ class Executor:
             c = stmt.compile(dialect=self.dialect)  # type: ignore[union-attr]
             positiontup = getattr(c, "positiontup", None)
             defaults = {k: v for k, v in c.params.items() if v is not None}
-            found = Compiled(c.string, tuple(positiontup) if positiontup else None, defaults)
+            found = Compiled(c.string, tuple(positiontup) if positiontup else None, defaults, stmt)
             self._cache[cache_key] = found
         return found
 

@@ -10,12 +10,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from support import ENGINES
+from support import ENGINES, MEMORY
 
 from kombu_sqlqueue.store import JobContract, StoreOptions, memory, open_store
 
-#: The in-memory store's name as an engine.
-MEMORY = "memory"
 #: The SQL engines, and the in-memory store.
 CONFORMANCE_ENGINES = [*ENGINES, MEMORY]
 

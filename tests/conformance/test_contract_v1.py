@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from support import MEMORY, T0, Clock
 
 from kombu_sqlqueue.exceptions import (
     ClaimLimitExceeded,
@@ -32,21 +33,6 @@ from kombu_sqlqueue.store import (
     StoreOptions,
     open_store,
 )
-
-T0 = 1_800_000_000
-#: The in-memory store's engine name (tests/conformance/conftest.py).
-MEMORY = "memory"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = float(T0)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -186,3 +186,28 @@ def test_bad_table_and_queue_names_are_refused(db_url: str, lstore: LaravelTable
         LaravelTableStore(db_url, jobs_table="jobs; DROP TABLE x")
     with pytest.raises(InvalidQueueName):
         lstore.push("", "x")
+
+
+def test_stores_opened_and_freed_on_one_database_each_write_their_own_tables(
+    db_url: str,
+) -> None:
+    # The executor caches compiled statements by id: a freed store's statement must not
+    # hand its SQL (another table's name) to a later store's statement at the same id.
+    import gc
+
+    from kombu_sqlqueue.store import Database
+
+    database = Database(db_url)
+    try:
+        for i in range(30):
+            store = LaravelTableStore(database, jobs_table=f"jobs_{i}", failed_table=f"failed_{i}")
+            store.push("q", f'{{"n":{i}}}')
+            assert store.size("q") == 1, f"store {i} wrote to another store's table"
+            del store
+            gc.collect()
+        for i in (0, 29):
+            assert [r["payload"] for r in rows(db_url, f"jobs_{i}")] == [f'{{"n":{i}}}']
+        with pytest.raises(ConfigurationError, match="shared Database"):
+            LaravelTableStore(database, options=StoreOptions())
+    finally:
+        database.close()

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+from support import T0
 
 from kombu_sqlqueue.store import MemoryJobStore, NewJob
 
-T0 = 1_800_000_000.0
 #: Fast polls: an idle consumer in these tests waits for nothing.
 FAST = {"polling_interval": 0.01, "max_polling_interval": 0.02}
 

@@ -58,7 +58,7 @@ class Queries:
       statements that differ between engines by more than their text.
     * Laravel's ``jobs``/``failed_jobs`` (names per app: Laravel's
       ``queue.connections.database.table``): ``laravel_*``, built by ``__init__`` with
-      SQLAlchemy Core for the table pair, compiled once per store by the executor.
+      SQLAlchemy Core for the table pair, compiled once by the database's executor.
 
     One instance per store; the contract statements are shared by every instance.
     """
@@ -366,10 +366,14 @@ def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in ENQUEUE_COLUMNS}
 
 
-def check_choice(option: str, value: object, allowed: Sequence[str]) -> None:
-    """Raise :class:`ConfigurationError` unless ``value`` is one of ``allowed``."""
+def check_choice(
+    option: str, value: object, allowed: Sequence[str], given: object | None = None
+) -> None:
+    """Raise :class:`ConfigurationError` unless ``value`` is one of ``allowed`` (the message
+    shows ``given``, the value as the user wrote it, when ``value`` was normalized)."""
     if value not in allowed:
-        raise ConfigurationError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
+        shown = value if given is None else given
+        raise ConfigurationError(f"{option} must be one of {', '.join(allowed)}, got {shown!r}")
 
 
 class BaseEngine:

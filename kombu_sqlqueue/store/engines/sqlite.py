@@ -100,9 +100,8 @@ class SQLiteEngine(BaseEngine):
 
     @classmethod
     def check_options(cls, options: Any) -> None:
-        check_choice(
-            "sqlite_synchronous", str(options.sqlite_synchronous).upper(), SYNCHRONOUS_MODES
-        )
+        given = options.sqlite_synchronous
+        check_choice("sqlite_synchronous", str(given).upper(), SYNCHRONOUS_MODES, given)
 
     def normalize_url(self, url: URL) -> URL:
         url = super().normalize_url(url)
