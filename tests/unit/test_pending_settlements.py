@@ -56,6 +56,18 @@ def release(held: Held) -> Settlement:
     return Settlement(held, "reject", lambda s: s.release(held.receipt, delay=5))
 
 
+def kept_acks(refusing: Refusing, n: int) -> tuple[PendingSettlements, list[Held]]:
+    """``n`` deliveries whose acks the store refused, kept; the store accepts writes again."""
+    held = claimed(refusing.store, n)
+    pending = pending_on(refusing)
+    refusing.full = True
+    for h in held:
+        pending.settle(ack(h))
+    refusing.full = False
+    assert len(pending) == n
+    return pending, held
+
+
 @pytest.fixture
 def refusing(url: str) -> Refusing:
     return Refusing(MemoryJobStore(url))
@@ -118,12 +130,7 @@ def test_a_late_settlement_is_fenced_like_any_other(
 def test_another_failure_drops_the_settlement_and_the_rest_go_on(
     refusing: Refusing, caplog: pytest.LogCaptureFixture
 ) -> None:
-    a, b = claimed(refusing.store, 2)
-    pending = pending_on(refusing)
-    refusing.full = True
-    pending.settle(ack(a))
-    pending.settle(ack(b))
-    refusing.full = False
+    pending, (a, b) = kept_acks(refusing, 2)
 
     def broken(_store: object) -> bool:
         raise StoreError("connection lost for good")
@@ -138,12 +145,7 @@ def test_another_failure_drops_the_settlement_and_the_rest_go_on(
 def test_give_up_waits_for_a_retry_under_way_and_counts_what_is_left(
     refusing: Refusing, caplog: pytest.LogCaptureFixture
 ) -> None:
-    a, b = claimed(refusing.store, 2)
-    pending = pending_on(refusing)
-    refusing.full = True
-    pending.settle(ack(a))
-    pending.settle(ack(b))
-    refusing.full = False
+    pending, (a, b) = kept_acks(refusing, 2)
     entered, release_write = threading.Event(), threading.Event()
 
     def slow(store: JobContract) -> bool:
