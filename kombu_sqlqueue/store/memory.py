@@ -312,6 +312,7 @@ class MemoryJobStore:
             rows = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
             past_ttl: list[_Row] = []
             for row in rows:
+                lapsed = row.reserved_until is not None
                 row.reserved_until, row.reserved_token = params.until, token
                 row.attempts += 1
                 if row.expires_at is not None and row.expires_at <= now:
@@ -333,6 +334,7 @@ class MemoryJobStore:
                         limit,
                         token,
                         row.uuid,
+                        lapsed,
                     )
                 )
             for row in past_ttl:

@@ -54,6 +54,9 @@ class ClaimedJob:
     max_attempts: int
     token: str
     uuid: str | None
+    #: The job's previous reservation lapsed (its holder died or stalled): AMQP's
+    #: ``redelivered``. False for a job released (requeued) or handed back by its holder.
+    lapsed: bool = False
 
     @property
     def receipt(self) -> Receipt:

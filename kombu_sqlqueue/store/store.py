@@ -199,11 +199,12 @@ class JobStore(TableStore):
         # engine has it), so passing expired rows never blocks or deadlocks other claimers.
         for _round in range(MAX_CLAIM_ROUNDS):
             # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-            # expires_at
+            # expires_at, lapsed
             rows = self.q.claim_rows(tx, {**params, "n": wanted - len(jobs)})
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             past_ttl: list[int] = []
-            for job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires in rows:
+            for row in rows:
+                job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires = row[:9]
                 if expires is not None and expires <= now:
                     past_ttl.append(job_id)
                     continue
@@ -214,7 +215,9 @@ class JobStore(TableStore):
                     dead += 1
                     continue
                 jobs.append(
-                    ClaimedJob(job_id, q, bytes(payload), priority, attempts, limit, token, uuid)
+                    ClaimedJob(
+                        job_id, q, bytes(payload), priority, attempts, limit, token, uuid, row[9]
+                    )
                 )
             if past_ttl:
                 # Past their TTL: discarded unconsumed, as AMQP does (not a failure).

@@ -585,6 +585,26 @@ def test_lapsed_and_never_claimed_jobs_are_served_in_one_order(
     claimed = store.claim("q", 3, 5).jobs
     assert [j.payload for j in claimed] == [b"lapsing-high", b"new-high", b"old-low"]
     assert claimed[0].id == held.id and claimed[0].attempts == 2
+    assert [j.lapsed for j in claimed] == [True, False, False]
+
+
+def test_a_claim_says_which_jobs_come_back_from_a_lapsed_reservation(
+    store: JobContract, clock: Clock
+) -> None:
+    store.enqueue_many([job(payload=b"lapses"), job(payload=b"released"), job(payload=b"back")])
+    lapses, released, back = store.claim("q", 3, 5).jobs
+    assert not (lapses.lapsed or released.lapsed or back.lapsed)  # first deliveries
+    assert store.release(released.receipt) and store.return_job(back.receipt)
+    clock.advance(5)
+    again = {j.payload: j for j in store.claim("q", 3, 5).jobs}
+    # Only the one whose holder never settled it is AMQP-"redelivered" after a lapse; the
+    # consumer that requeued or handed back the others lived to do so.
+    assert {p: j.lapsed for p, j in again.items()} == {
+        b"lapses": True,
+        b"released": False,
+        b"back": False,
+    }
+    assert again[b"released"].attempts == 2 and again[b"back"].attempts == 1
 
 
 def test_a_lapsed_reservation_nobody_took_is_still_the_holders(

@@ -283,10 +283,23 @@ class Queries:
         insert = sa.insert(self.jobs).values(rows)
         return insert.returning(self.jobs.c.id) if returning else insert
 
+    # The lapsed half of job_claim, read first: UPDATE … RETURNING shows only new values,
+    # and the claim's transaction is the only writer (SQLite), so the claim takes exactly
+    # these lapsed rows among its top n.
+    job_claim_lapsed_ids = sa.text(
+        """
+        SELECT id FROM askr_jobs
+         WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
+         ORDER BY priority DESC, available_at, id LIMIT :n
+        """
+    )
+
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
         """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
-        available_at, attempts, max_attempts, uuid, expires_at) tuples."""
-        return list(tx.execute(self.job_claim, params).fetchall())
+        available_at, attempts, max_attempts, uuid, expires_at, lapsed) tuples."""
+        lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
+        rows = tx.execute(self.job_claim, params).fetchall()
+        return [(*row, int(row[0]) in lapsed) for row in rows]
 
     # -- Laravel's tables, with Laravel 8.83's rules (Illuminate\Queue\DatabaseQueue) --
 

@@ -95,10 +95,10 @@ class MySQLQueries(Queries):
     ).bindparams(sa.bindparam("ids", expanding=True))
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        candidates = [
-            *tx.execute(self.job_claim_lock_fresh, params).fetchall(),
-            *tx.execute(self.job_claim_lock_lapsed, params).fetchall(),
-        ]
+        fresh = tx.execute(self.job_claim_lock_fresh, params).fetchall()
+        lapsed_rows = tx.execute(self.job_claim_lock_lapsed, params).fetchall()
+        lapsed = {int(r[0]) for r in lapsed_rows}
+        candidates = [*fresh, *lapsed_rows]
         candidates.sort(key=lambda r: (-r[1], r[2], r[0]))
         ids = [int(r[0]) for r in candidates[: params["n"]]]
         if not ids:
@@ -106,7 +106,8 @@ class MySQLQueries(Queries):
         tx.execute_bound(
             self.job_claim_mark.bindparams(ids=ids, until=params["until"], token=params["token"])
         )
-        return list(tx.execute_bound(self.job_claim_read.bindparams(ids=ids)).fetchall())
+        rows = tx.execute_bound(self.job_claim_read.bindparams(ids=ids)).fetchall()
+        return [(*row, int(row[0]) in lapsed) for row in rows]
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         first = int(self._insert_values(tx, rows, returning=False).lastrowid)

@@ -80,25 +80,31 @@ class PostgreSQLQueries(Queries):
     job_claim = sa.text(
         """
         WITH fresh AS (
-                 SELECT id, priority, available_at FROM askr_jobs
+                 SELECT id, priority, available_at, FALSE AS lapsed FROM askr_jobs
                   WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
                   ORDER BY reserved_until, priority DESC, available_at, id
                   LIMIT :n FOR UPDATE SKIP LOCKED),
              lapsed AS (
-                 SELECT id, priority, available_at FROM askr_jobs
+                 SELECT id, priority, available_at, TRUE AS lapsed FROM askr_jobs
                   WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
                   ORDER BY priority DESC, available_at, id
                   LIMIT :n FOR UPDATE SKIP LOCKED),
              picked AS (
-                 SELECT id FROM (SELECT * FROM fresh UNION ALL SELECT * FROM lapsed) AS ready
+                 SELECT id, lapsed FROM (SELECT * FROM fresh UNION ALL SELECT * FROM lapsed)
+                     AS ready
                   ORDER BY priority DESC, available_at, id LIMIT :n)
         UPDATE askr_jobs AS j
            SET reserved_until = :until, attempts = j.attempts + 1, reserved_token = :token
           FROM picked WHERE j.id = picked.id
         RETURNING j.id, j.queue, j.payload, j.priority, j.available_at, j.attempts,
-                  j.max_attempts, j.uuid, j.expires_at
+                  j.max_attempts, j.uuid, j.expires_at, picked.lapsed
         """
     )
+
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
+        # One statement: RETURNING reads the CTE's flag (no pre-read as on SQLite).
+        return list(tx.execute(self.job_claim, params).fetchall())
+
     binding_add = sa.text(
         """
         INSERT INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)
