@@ -118,6 +118,10 @@ def new_job(
     headers = message.get("headers") or {}
     properties = message.get("properties") or {}
     task_id = headers.get("id") or properties.get("correlation_id")
+    # A Celery task's ``expiration`` is its ``expires``: the worker that receives it late
+    # marks it REVOKED in the result backend, as on Redis. Discarded here, unseen, it would
+    # stay PENDING forever. Other messages (replies, events, Kombu's) expire here.
+    own = {} if is_celery_task(headers) else properties
     return NewJob(
         queue=queue,
         payload=json.dumps(message).encode(),
@@ -125,8 +129,13 @@ def new_job(
         delay=eta_delay(headers),
         max_attempts=max_attempts,
         uuid=str(task_id) if task_id else None,
-        expires_in=time_to_live(properties, queue_ttl),
+        expires_in=time_to_live(own, queue_ttl),
     )
+
+
+def is_celery_task(headers: dict[str, Any]) -> bool:
+    """A Celery task message (protocol 2: the task's name and id are headers)."""
+    return bool(headers.get("task")) and bool(headers.get("id"))
 
 
 def is_transient(message: dict[str, Any]) -> bool:

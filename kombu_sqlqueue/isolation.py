@@ -1,7 +1,9 @@
 """A redelivered message is delivered alone (pure: no database, no Kombu).
 
-A message claimed again after its last holder died or gave it back (``attempts > 1``)
-may be the one that kills its consumer. Delivered alone, no innocent message pays an
+A message claimed again after its last holder's reservation lapsed (the holder died or
+stalled: ``ClaimedJob.lapsed``) may be the one that kills its consumer. A message its
+consumer requeued (``reject(requeue=True)``) or gave back is not suspect: it is delivered
+as any other, in priority order. Delivered alone, no innocent message pays an
 attempt for it: it is taken only when the channel holds nothing else, and nothing more
 is claimed while it is held — each wait bounded by ``visibility_timeout``, so a consumer
 that needs a second message before it settles the first (an aggregator) is slowed,
@@ -43,7 +45,7 @@ class RedeliveryIsolation:
             if holds_deliveries:
                 return jobs, []
             self.spent = False
-        first = next((job for job in jobs if job.attempts > 1), None)
+        first = next((job for job in jobs if job.lapsed), None)
         if first is None:
             return jobs, []
         self.until = self.clock() + self.visibility_timeout

@@ -2,8 +2,10 @@
 
 Each delivery's tag maps to the :class:`~kombu_sqlqueue.store.Receipt` (row id
 + reservation token) of the claim that handed it out. ``ack`` deletes the row,
-``reject(requeue=True)`` releases it with backoff, ``reject(requeue=False)``
-dead-letters it, and a clean channel close returns unstarted deliveries. All
+``reject(requeue=True)`` releases it, ready at once (as Redis and RabbitMQ requeue; its
+attempt stays counted, so a message requeued forever is dead-lettered at
+``max_attempts``), ``reject(requeue=False)`` dead-letters it, a delivery whose consumer
+raised is released with backoff, and a clean channel close returns unstarted deliveries. All
 of them are fenced: a settlement for a reservation another consumer took over
 writes nothing and is logged as stale.
 
@@ -325,12 +327,23 @@ class QoS(virtual.QoS):
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        """``requeue=True``: release with backoff. ``requeue=False``: dead-letter with a reason."""
+        """``requeue=True``: release, ready at once (Celery's ``Reject(requeue=True)`` and
+        ``task_reject_on_worker_lost``, Kombu's ``message.requeue()``; the attempt stays
+        counted). ``requeue=False``: dead-letter with a reason."""
+        self._reject(delivery_tag, requeue, backoff=False)
+
+    def release_failed(self, delivery_tag: str) -> None:
+        """Release a delivery whose consumer raised, after the queue's backoff: the error
+        may be transient (a database down), and a retry at once would likely meet it too."""
+        self._reject(delivery_tag, True, backoff=True)
+
+    def _reject(self, delivery_tag: str, requeue: bool, *, backoff: bool) -> None:
         held = self._settle(delivery_tag)
         if held is not None:
             receipt = held.receipt
             if requeue:
-                delay = self.channel.options.for_queue(held.queue).backoff.delay(held.attempts)
+                policy = self.channel.options.for_queue(held.queue).backoff
+                delay = policy.delay(held.attempts) if backoff else 0.0
                 settlement = Settlement(
                     held, "reject", lambda store: store.release(receipt, delay=delay)
                 )

@@ -15,13 +15,84 @@ dict before the app opens its first connection. Two ways put it there:
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The URL scheme and the transport class it names.
 SCHEME = "sqlqueue"
 TRANSPORT_PATH = "kombu_sqlqueue.transport:Transport"
 
+#: Database URL schemes, with their usual drivers, also registered as ``sqlqueue+<scheme>``.
+#: ``Connection("sqlqueue+postgresql://…")`` splits off ``sqlqueue`` as the transport, but
+#: ``Connection.switch()`` — failover to the next URL of a ``;``-separated list — parses
+#: the whole scheme as the transport's name (Kombu's own ``sqla+`` fails the same way).
+DATABASE_SCHEMES = (
+    "sqlite",
+    "sqlite+pysqlite",
+    "memory",
+    "postgresql",
+    "postgresql+psycopg",
+    "postgresql+psycopg2",
+    "mysql",
+    "mysql+pymysql",
+    "mysql+mysqldb",
+    "mariadb",
+    "mariadb+pymysql",
+)
+
 
 def register() -> None:
-    """Register the ``sqlqueue`` scheme with Kombu (idempotent)."""
+    """Register the ``sqlqueue`` scheme, and ``sqlqueue+<database scheme>`` for
+    failover, with Kombu (idempotent)."""
     from kombu.transport import TRANSPORT_ALIASES
 
     TRANSPORT_ALIASES.setdefault(SCHEME, TRANSPORT_PATH)
+    for scheme in DATABASE_SCHEMES:
+        TRANSPORT_ALIASES.setdefault(f"{SCHEME}+{scheme}", TRANSPORT_PATH)
+
+
+def database_url(client: Any) -> str | None:
+    """The database URL a Kombu connection names, or None if it names none.
+
+    ``Connection("sqlqueue+<url>")`` keeps ``<url>`` whole as its hostname. After
+    ``switch()`` to a failover URL, Kombu has split that URL into parts (transport
+    ``sqlqueue+<scheme>``, hostname, port …): the URL is then the entry of the
+    connection's failover list those parts came from, else rebuilt from the parts.
+    (Kombu's ``switch()`` refuses a failover URL with a query string, for every
+    transport: options go in ``transport_options``.)
+    """
+    from kombu.utils.url import parse_url
+
+    hostname = str(client.hostname or "")
+    if "://" in hostname:
+        return hostname
+    transport = client.transport_cls
+    prefix = f"{SCHEME}+"
+    if not isinstance(transport, str) or not transport.startswith(prefix):
+        return None
+    fields = ("transport", "hostname", "port", "userid", "virtual_host")
+    current = {
+        "transport": transport,
+        "hostname": client.hostname or None,
+        "port": client.port or None,
+        "userid": client.userid or None,
+        "virtual_host": client.virtual_host,
+    }
+    for alternate in client.alt or ():
+        if isinstance(alternate, str) and alternate.startswith(prefix):
+            parts = parse_url(alternate)
+            if all(parts.get(f) == current[f] for f in fields if f != "virtual_host") and (
+                (parts.get("virtual_host") or "/") == (client.virtual_host or "/")
+            ):
+                return alternate[len(prefix) :]
+    from urllib.parse import quote
+
+    credentials = ""
+    if client.userid:
+        credentials = quote(str(client.userid), safe="")
+        if client.password:
+            credentials += ":" + quote(str(client.password), safe="")
+        credentials += "@"
+    host = str(client.hostname or "")
+    port = f":{client.port}" if client.port else ""
+    path = client.virtual_host if client.virtual_host not in (None, "/") else ""
+    return f"{transport[len(prefix) :]}://{credentials}{host}{port}/{path}"

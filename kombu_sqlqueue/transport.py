@@ -68,6 +68,7 @@ from .expiry import QueueKeeper
 from .isolation import RedeliveryIsolation
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, PendingSettlements, QoS, Renewer
+from .registration import database_url, register
 from .routing import RoutingCache
 from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
 from .store.contract import driver_version, render_url
@@ -75,6 +76,8 @@ from .store.names import validate_queue_name
 from .transient import TransientWriter
 
 logger = logging.getLogger(__name__)
+
+register()  # the sqlqueue+<scheme> aliases a failover switch() looks up
 
 
 class Channel(virtual.Channel):
@@ -114,9 +117,12 @@ class Channel(virtual.Channel):
         Except a transient message (delivery_mode 1: Celery's events and control
         messages) in a burst, which is written with the burst a moment later.
         """
+        self._store(queue, message, hold_transient=True)
+
+    def _store(self, queue: str, message: dict[str, Any], *, hold_transient: bool) -> None:
         validate_queue_name(queue)  # here, not in the writer's thread a moment later
         job = self._new_job(queue, message)
-        if is_transient(message) and self.options.transient_flush_interval:
+        if hold_transient and is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
             self.connection.transient.put(job)
         else:
@@ -221,7 +227,40 @@ class Channel(virtual.Channel):
         messages = self._claim(queue, self._batch_size(), isolate=True)
         if not messages:
             raise Empty()
+        self._deliver_broadcasts_first()
         self._deliver_batch(queue, messages, callback)
+
+    def _deliver_broadcasts_first(self) -> None:
+        """Before handing over claimed messages, deliver what waits on this connection's
+        broadcast queues (no_ack queues bound to a fanout exchange: Celery's pidbox).
+
+        A ``revoke`` published before its task is then seen first, as on Redis, whose
+        one BRPOP reads every queue at once; polled in turn, the task could be claimed
+        from its queue just after the pidbox queue was found empty. Costs one read per
+        non-empty claim while the broadcast queues are empty.
+        """
+        transport = self.connection
+        for channel in list(transport.channels):
+            for queue in channel._broadcast_queues():
+                for _ in range(self.options.claim_batch_size):
+                    if not channel._noack_buffer.get(queue) and not channel._size(queue):
+                        break
+                    try:
+                        channel._get_and_deliver(queue, transport._deliver)
+                    except Empty:
+                        break
+
+    def _broadcast_queues(self) -> list[str]:
+        """This channel's consumed no_ack queues bound to a fanout exchange."""
+        return [
+            queue
+            for queue in self._noack_queues
+            if queue in self._active_queues
+            and any(
+                self.state.exchanges.get(b.exchange, {}).get("type") == "fanout"
+                for b in self.state.queue_bindings(queue)
+            )
+        ]
 
     def _isolate_redelivered(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         """The jobs of a claim to deliver (a redelivered one alone: see isolation.py);
@@ -267,7 +306,7 @@ class Channel(virtual.Channel):
                         type(exc).__name__,
                         exc,
                     )
-                    self.qos.reject(tag, requeue=True)
+                    self.qos.release_failed(tag)
                 raise
 
     def _still_ours(self, tag: str) -> bool:
@@ -426,9 +465,13 @@ class Channel(virtual.Channel):
     def _put_fanout(
         self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
     ) -> None:
-        """A copy of ``message`` for every queue bound to ``exchange`` (any process)."""
+        """A copy of ``message`` for every queue bound to ``exchange`` (any process).
+
+        Written at once, never held with a burst of transient messages: a broadcast is a
+        control command (Celery's ``revoke``), which must be stored before a task
+        published after it (see ``_deliver_broadcasts_first``)."""
         for queue in self._lookup(exchange, routing_key):
-            self._put(queue, message, **kwargs)
+            self._store(queue, message, hold_transient=False)
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         started = monotonic()
@@ -545,15 +588,17 @@ class Transport(virtual.Transport):
         self.options = TransportOptions.from_mapping(client.transport_options)
         super().__init__(client, **kwargs)
         self.polling_interval = self.options.polling_interval
-        url = client.hostname
-        if not url or "://" not in str(url):
+        url = database_url(client)
+        if url is None:
             from .exceptions import InvalidURL
 
             raise InvalidURL(
                 f"broker URL must be sqlqueue+<database-url>, e.g. sqlqueue+sqlite:///queue.db; "
-                f"got {client.as_uri() if url else 'no URL'}"
+                f"got {client.as_uri() if client.hostname else 'no URL'}"
             )
-        self.store: JobContract = open_store(str(url), self.options.store_options())
+        #: The database URL in use (after a failover switch, not Kombu's hostname).
+        self.database_url = url
+        self.store: JobContract = open_store(url, self.options.store_options())
         self.held = HeldDeliveries()
         self.pending = PendingSettlements(self.store)
         self.renewer = Renewer(self.store, self.held, self.options, self.pending)
@@ -635,6 +680,8 @@ class Transport(virtual.Transport):
         return {"hostname": "sqlite:///kombu-sqlqueue.db"}
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        if not uri or "://" not in str(uri):  # switched to a failover URL: Kombu split it
+            uri = self.database_url
         return f"sqlqueue+{render_url(uri, include_password=include_password)}"
 
 

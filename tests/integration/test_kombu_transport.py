@@ -103,12 +103,39 @@ def test_celery_eta_header_delays_availability(conn_factory: Any, store: JobStor
     assert q()(conn.channel()).get() is None
 
 
-def test_reject_with_requeue_releases_with_backoff(conn_factory: Any, store: JobStore) -> None:
-    conn = conn_factory(backoff_base=10)
+def test_reject_with_requeue_releases_at_once_counting_the_attempt(
+    conn_factory: Any, store: JobStore
+) -> None:
+    # As Redis and RabbitMQ requeue (Kombu's test_requeue; Celery's Reject(requeue=True)):
+    # ready at once whatever the backoff; the attempt stays counted.
+    conn = conn_factory(backoff_base=3600)
     publish(conn, ["again"])
     message = q()(conn.channel()).get()
     assert message is not None
     message.reject(requeue=True)
+    (row,) = _rows(store)
+    assert row["reserved_until"] is None and row["attempts"] == 1
+    assert row["available_at"] <= time.time()
+    again = q()(conn.channel()).get()
+    assert again is not None and again.payload == "again" and again.delivery_info["redelivered"]
+
+
+def test_a_consumer_raising_releases_its_message_with_backoff(
+    conn_factory: Any, store: JobStore
+) -> None:
+    conn = conn_factory(backoff_base=10)
+    publish(conn, ["fails"])
+
+    def explode(body: Any, message: Any) -> None:
+        raise RuntimeError("the application failed")
+
+    with (
+        Consumer(conn, [q()], callbacks=[explode]),
+        pytest.raises(RuntimeError, match="application failed"),
+    ):
+        for _ in range(50):
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=0.05)
     (row,) = _rows(store)
     assert row["reserved_until"] is None and row["attempts"] == 1
     assert 5 <= row["available_at"] - time.time() <= 11  # [base/2, base] for attempt 1

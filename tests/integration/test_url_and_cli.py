@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kombu_sqlqueue.store import JobStore, NewJob
+from kombu_sqlqueue.store.contract import render_url
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,3 +61,43 @@ def test_cli_errors_are_one_clear_line(args: tuple[str, ...], message: str, tmp_
     assert out.returncode == 2
     assert out.stderr.startswith("error: ") and message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def dead_url(engine_name: str, tmp_path: Path) -> str:
+    """A URL of this engine nothing answers at: a closed port, an unopenable file."""
+    from servers import free_port
+
+    if engine_name == "sqlite":
+        return f"sqlite:///{tmp_path / 'missing-dir' / 'queue.db'}"
+    scheme = "postgresql" if engine_name == "postgresql" else "mysql"
+    user = "postgres" if engine_name == "postgresql" else "root"
+    return f"{scheme}://{user}@127.0.0.1:{free_port()}/nowhere"
+
+
+def test_a_failover_list_switches_to_the_next_url(
+    engine_name: str, db_url: str, tmp_path: Path, store: JobStore
+) -> None:
+    """Kombu's failover (``a;b``): ``switch()`` parses ``sqlqueue+<scheme>://…`` as the
+    transport ``sqlqueue+<scheme>``; it resolves to ours, with the URL the list gave."""
+    from kombu import Connection
+
+    live = f"sqlqueue+{db_url}"
+    conn = Connection(f"sqlqueue+{dead_url(engine_name, tmp_path)};{live}")
+    try:
+        switched: list[Any] = []
+        conn.ensure_connection(
+            max_retries=3, interval_start=0, interval_step=0.1,
+            errback=lambda exc, _interval: switched.append(exc),
+        )  # fmt: skip
+        assert switched, "the dead URL should have failed first"
+        assert conn.transport.database_url == db_url
+        assert conn.as_uri() == render_url(live)
+        with conn.SimpleQueue("failover") as queue:
+            queue.put("after the switch")
+        assert store.size("failover") == 1
+        # Round robin: back to the first, then the live one again (its whole URL kept).
+        conn.switch(f"sqlqueue+{db_url}")
+        assert conn.transport.database_url == db_url
+    finally:
+        conn.release()
+

@@ -260,10 +260,22 @@ def test_new_job_maps_priority_eta_ttl_and_task_id() -> None:
     message["headers"]["eta"] = "2999-01-01T00:00:00+00:00"
     job = new_job("q", message, max_attempts=3, queue_ttl=10.0)
     assert job.queue == "q" and job.max_attempts == 3 and job.priority == 7
-    assert job.uuid == message["headers"]["id"] and job.expires_in == 1.5  # the shorter
+    # A Celery task's expiration is left to the worker (it marks the task REVOKED):
+    # only the queue's TTL applies to the row.
+    assert job.uuid == message["headers"]["id"] and job.expires_in == 10.0
     assert job.delay > 3600 and json.loads(job.payload) == message
     low = new_job("q", message, max_attempts=3, priority_order="low_first")
-    assert low.priority == 2 and low.expires_in == 1.5
+    assert low.priority == 2 and low.expires_in is None
+
+
+def test_a_message_that_is_not_a_celery_task_expires_with_the_shorter_ttl() -> None:
+    message = celery_message()
+    message["properties"].update(expiration="1500")
+    del message["headers"]["task"]
+    assert new_job("q", message, max_attempts=3, queue_ttl=10.0).expires_in == 1.5
+    assert new_job("q", message, max_attempts=3).expires_in == 1.5
+    message["properties"]["expiration"] = "20000"
+    assert new_job("q", message, max_attempts=3, queue_ttl=10.0).expires_in == 10.0
 
 
 @pytest.mark.parametrize(

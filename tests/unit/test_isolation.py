@@ -9,8 +9,10 @@ from kombu_sqlqueue.isolation import RedeliveryIsolation
 from kombu_sqlqueue.store import ClaimedJob
 
 
-def job(job_id: int, attempts: int = 1) -> ClaimedJob:
-    return ClaimedJob(job_id, "q", b"{}", 0, attempts, 5, "tok", None)
+def job(job_id: int, attempts: int = 1, lapsed: bool | None = None) -> ClaimedJob:
+    """A claimed job; by default one claimed again (attempts > 1) had its reservation lapse."""
+    lapsed = attempts > 1 if lapsed is None else lapsed
+    return ClaimedJob(job_id, "q", b"{}", 0, attempts, 5, "tok", None, lapsed)
 
 
 def tag(j: ClaimedJob) -> str:
@@ -22,6 +24,14 @@ def test_first_deliveries_pass_untouched() -> None:
     jobs = [job(1), job(2)]
     assert iso.select(jobs, holds_deliveries=False) == (jobs, [])
     assert not iso.pausing(set(), holds_deliveries=False)
+
+
+def test_a_message_requeued_by_its_consumer_is_not_isolated() -> None:
+    # reject(requeue=True) or a hand-back: attempts > 1, but its holder lived to settle it.
+    iso = RedeliveryIsolation(30)
+    jobs = [job(1), job(2, attempts=3, lapsed=False), job(3)]
+    assert iso.select(jobs, holds_deliveries=True) == (jobs, [])
+    assert not iso.pausing(set(), holds_deliveries=True)
 
 
 def test_a_redelivered_message_goes_alone_and_claims_pause_while_it_is_held() -> None:
