@@ -112,19 +112,27 @@ def test_the_queue_keeper_discards_expired_messages_nobody_consumes(
     assert store.backlog("client.reply").total == 0
 
 
-def test_a_celery_task_sent_with_expires_carries_its_expiration(
+def test_a_celery_task_sent_with_expires_is_kept_for_its_worker_to_revoke(
     broker_url: str, store: JobStore
 ) -> None:
+    """Celery turns ``expires`` into the message's ``expiration``; the row keeps no TTL, so
+    a worker receives the expired task and marks it REVOKED, as on Redis (discarded here,
+    its result would stay PENDING forever). Other messages keep their TTL."""
     app = Celery("ttl", broker=broker_url, set_as_current=False)
     try:
         app.send_task("anything", queue="celery.ttl", expires=30)
         app.send_task("anything", queue="celery.ttl")
+        with app.connection_for_write() as conn:
+            Producer(conn.channel()).publish(
+                {"not": "a task"}, routing_key="celery.ttl", expiration=30,
+                declare=[Queue("celery.ttl")],
+            )  # fmt: skip
     finally:
         app.close()
     now = int(time.time())
-    first, second = expires_at(store, "celery.ttl")
-    assert first is not None and now + 29 <= first <= now + 31
-    assert second is None
+    task, plain_task, other = expires_at(store, "celery.ttl")
+    assert task is None and plain_task is None
+    assert other is not None and now + 29 <= other <= now + 31
 
 
 def test_a_queue_declared_again_without_a_ttl_is_no_longer_stamped(

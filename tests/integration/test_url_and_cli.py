@@ -101,3 +101,25 @@ def test_a_failover_list_switches_to_the_next_url(
     finally:
         conn.release()
 
+
+def test_a_libpq_multi_host_url_reaches_the_host_that_answers(
+    engine_name: str, db_url: str
+) -> None:
+    """docs/engines.md's first choice on PostgreSQL: one URL, libpq tries the hosts in turn."""
+    if engine_name != "postgresql":
+        pytest.skip("libpq's multi-host URLs are PostgreSQL's")
+    from kombu import Connection
+    from servers import free_port
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    hosts = f"host=127.0.0.1:{free_port()}&host={url.host}:{url.port}"
+    broker = (
+        f"sqlqueue+postgresql+psycopg://{url.username}@/{url.database}"
+        f"?{hosts}&target_session_attrs=read-write"
+    )
+    with Connection(broker) as conn, conn.SimpleQueue("multi-host") as queue:
+        queue.put("through the second host")
+        message = queue.get(timeout=5)
+        assert message.payload == "through the second host"
+        message.ack()
