@@ -3,7 +3,8 @@
 Registers Kombu's ``sqlqueue`` transport alias as soon as ``kombu.transport``
 is imported, so ``broker_url = "sqlqueue+sqlite:///queue.db"`` works without
 the app importing anything. Costs one small import at start-up; imports
-neither Kombu nor kombu_sqlqueue until the app does.
+neither Kombu nor kombu_sqlqueue until the app imports Kombu (then only
+``kombu_sqlqueue.registration``, for the failover aliases).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def _register(module: ModuleType) -> None:
     aliases = getattr(module, "TRANSPORT_ALIASES", None)
     if isinstance(aliases, dict):
         aliases.setdefault(*_ALIAS)
+        try:  # sqlqueue+<scheme>, for failover lists (a small module: no Kombu import)
+            from kombu_sqlqueue.registration import add_aliases
+        except ImportError:  # the package was removed and this hook left behind
+            return
+        add_aliases(aliases)
 
 
 class _KombuTransportFinder(MetaPathFinder):

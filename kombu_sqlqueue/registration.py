@@ -45,9 +45,14 @@ def register() -> None:
     failover, with Kombu (idempotent)."""
     from kombu.transport import TRANSPORT_ALIASES
 
-    TRANSPORT_ALIASES.setdefault(SCHEME, TRANSPORT_PATH)
+    add_aliases(TRANSPORT_ALIASES)
+
+
+def add_aliases(aliases: dict[str, str]) -> None:
+    """Add our schemes to Kombu's ``TRANSPORT_ALIASES`` (also called by the start-up hook)."""
+    aliases.setdefault(SCHEME, TRANSPORT_PATH)
     for scheme in DATABASE_SCHEMES:
-        TRANSPORT_ALIASES.setdefault(f"{SCHEME}+{scheme}", TRANSPORT_PATH)
+        aliases.setdefault(f"{SCHEME}+{scheme}", TRANSPORT_PATH)
 
 
 def database_url(client: Any) -> str | None:
@@ -69,20 +74,16 @@ def database_url(client: Any) -> str | None:
     prefix = f"{SCHEME}+"
     if not isinstance(transport, str) or not transport.startswith(prefix):
         return None
-    fields = ("transport", "hostname", "port", "userid", "virtual_host")
-    current = {
-        "transport": transport,
-        "hostname": client.hostname or None,
-        "port": client.port or None,
-        "userid": client.userid or None,
-        "virtual_host": client.virtual_host,
-    }
+    # Kombu's switch() keeps the previous URL's port when the next one has none (an SQLite
+    # path after a server URL): a port is compared, and used, only where a host names one.
+    current = _identity(transport, client.hostname, client.userid, client.virtual_host)
     for alternate in client.alt or ():
         if isinstance(alternate, str) and alternate.startswith(prefix):
             parts = parse_url(alternate)
-            if all(parts.get(f) == current[f] for f in fields if f != "virtual_host") and (
-                (parts.get("virtual_host") or "/") == (client.virtual_host or "/")
-            ):
+            found = _identity(
+                parts["transport"], parts["hostname"], parts["userid"], parts["virtual_host"]
+            )
+            if found == current and parts["port"] in (None, client.port):
                 return alternate[len(prefix) :]
     from urllib.parse import quote
 
@@ -93,6 +94,11 @@ def database_url(client: Any) -> str | None:
             credentials += ":" + quote(str(client.password), safe="")
         credentials += "@"
     host = str(client.hostname or "")
-    port = f":{client.port}" if client.port else ""
+    port = f":{client.port}" if client.port and host else ""
     path = client.virtual_host if client.virtual_host not in (None, "/") else ""
     return f"{transport[len(prefix) :]}://{credentials}{host}{port}/{path}"
+
+
+def _identity(transport: str, host: Any, user: Any, path: Any) -> tuple[Any, ...]:
+    """What tells one failover URL from another (but its port), as Kombu's parts of it."""
+    return (transport, host or None, user or None, path or "/")
