@@ -7,6 +7,15 @@
     @handles("App\\\\Jobs\\\\ResizeImage")
     def resize(job):
         resize_image(job.properties["path"], job.properties["width"])
+
+    @handles("App\\\\Listeners\\\\SendShipmentNotification")   # a queued listener
+    def shipped(job):
+        notify(job.event["order"])                      # the event, unpacked
+
+A class is the one Laravel prints (``displayName``): the job, or the listener, mailable
+or notification class Laravel wraps in ``CallQueuedListener``, ``SendQueuedMailable``
+or ``SendQueuedNotifications`` (a handler registered under a wrapper's name still
+gets those it has no more precise handler for).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .exceptions import LaravelBridgeError
-from .job import Job
+from .job import CLOSURE_COMMAND, Job
 
 #: ``on_failure(properties, exception, uuid)``, like a Laravel job's ``failed()``.
 FailureHook = Callable[[dict[str, Any], BaseException, str], Any]
@@ -48,6 +57,11 @@ class HandlerRegistry:
         """Run ``handle(job)`` for jobs of ``class_name`` (``App\\Jobs\\X``, leading ``\\``
         optional); a second registration of one class is an error."""
         name = normalize_class_name(class_name)
+        if name == CLOSURE_COMMAND or name.startswith("Closure ("):
+            raise LaravelBridgeError(
+                f"{name} is a queued closure: PHP code, which Python cannot run; "
+                "leave closures to a PHP worker (php artisan queue:work)"
+            )
         if name in self._handlers:
             raise LaravelBridgeError(f"a handler for {name} is already registered")
         self._handlers[name] = Handler(handle, on_failure)

@@ -16,22 +16,43 @@ from typing import Any
 from kombu_sqlqueue.exceptions import InvalidQueueName
 from kombu_sqlqueue.store.names import validate_queue_name
 
+from . import php_serialize
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError, PayloadError
 from .payload import (
     CALL_QUEUED_HANDLER,
     CARBON_CLASSES,
     DEFAULT_QUEUE,
+    MAX_COMMAND_DEPTH,
     MAX_PAYLOAD_BYTES,
+    QUEUEABLE_PROPERTIES,
     JobCommand,
     Payload,
     date_from_php,
     delay_seconds,
     short_repr,
     unix_time,
+    unpack,
 )
 from .php_serialize import PhpObject
 from .tables import PushJob, ReservedJob
+
+#: The command classes Laravel wraps what is not a job in, by the kind of thing inside. A
+#: handler is registered under the class Laravel names in ``displayName`` (the listener,
+#: mailable or notification) and gets the wrapped values unpacked (:class:`Job`).
+WRAPPERS = {
+    "Illuminate\\Events\\CallQueuedListener": "listener",
+    "Illuminate\\Mail\\SendQueuedMailable": "mailable",
+    "Illuminate\\Notifications\\SendQueuedNotifications": "notification",
+    "Illuminate\\Queue\\CallQueuedClosure": "closure",
+}
+#: ``dispatch(function () { … })``: PHP code inside, which only a PHP worker can run.
+CLOSURE_COMMAND = "Illuminate\\Queue\\CallQueuedClosure"
+#: A collection of notifiables that are not models (models come as one ModelIdentifier).
+COLLECTION_CLASSES = (
+    "Illuminate\\Support\\Collection",
+    "Illuminate\\Database\\Eloquent\\Collection",
+)
 
 
 class MalformedJob(LaravelBridgeError):
@@ -47,10 +68,24 @@ class MalformedJob(LaravelBridgeError):
 class Job:
     """What a handler receives: one delivery of a Laravel job.
 
-    ``properties`` are the command's own properties by plain name (visibility
-    stripped) as Python values; ``command`` is the decoded object (None for a
-    job pushed without one). A handler may call :meth:`release`, :meth:`fail`
-    or :meth:`delete`; otherwise returning settles the job as done.
+    ``name`` is the class Laravel names in ``displayName`` (and prints): the job class, or
+    for what Laravel wraps, the listener, mailable or notification class. ``kind`` says
+    which: ``"job"``, ``"listener"``, ``"mailable"``, ``"notification"`` (or
+    ``"closure"``, which Python never runs). ``command`` is the decoded command object
+    (the wrapper, for those; None for a job pushed without one).
+
+    ``properties`` are the named object's own properties by plain name (visibility
+    stripped) as Python values — the job's, the mailable's (``to``, ``cc``, ``subject`` …)
+    or the notification's; a listener has none (its event is in ``arguments``).
+    ``arguments`` are what Laravel's wrapper hands that class, unpacked (objects as
+    :class:`PhpObject` of Python values, dates as ``datetime``, models as
+    ``ModelIdentifier``): a listener's method arguments (the event first), ``[mailable]``,
+    or ``[notifiables, notification, channels]``; ``[]`` for a job. :attr:`event`,
+    :attr:`mailable`, :attr:`notification`, :attr:`notifiables` and :attr:`channels`
+    read them by name.
+
+    A handler may call :meth:`release`, :meth:`fail` or :meth:`delete`; otherwise
+    returning settles the job as done.
     """
 
     id: int
@@ -61,8 +96,47 @@ class Job:
     payload: Payload
     command: JobCommand | None
     properties: dict[str, Any]
+    kind: str = "job"
+    arguments: list[Any] = field(default_factory=list)
     #: Set by :meth:`release` / :meth:`fail` / :meth:`delete`.
     outcome: tuple[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def event(self) -> Any:
+        """A listener's event (its first argument); None for other kinds."""
+        return self.arguments[0] if self.kind == "listener" and self.arguments else None
+
+    @property
+    def mailable(self) -> PhpObject | None:
+        """A queued mailable (its recipients in ``to``, ``cc``, ``bcc``); None otherwise."""
+        return self.arguments[0] if self.kind == "mailable" else None
+
+    @property
+    def notifiables(self) -> Any:
+        """A notification's notifiables: a ``ModelIdentifier`` (ids in ``id``) for models,
+        else the list of notifiable objects; None for other kinds."""
+        return self.arguments[0] if self.kind == "notification" else None
+
+    @property
+    def notification(self) -> PhpObject | None:
+        """A queued notification object; None for other kinds."""
+        return self.arguments[1] if self.kind == "notification" else None
+
+    @property
+    def channels(self) -> list[str] | None:
+        """The channels a notification goes to (None: the notification's ``via()``)."""
+        return self.arguments[2] if self.kind == "notification" else None
+
+    @property
+    def handler_names(self) -> tuple[str, ...]:
+        """The class names a handler may be registered under, first match wins: Laravel's
+        display name, then the command's class (a wrapper's, for what Laravel wraps)."""
+        names = [self.name]
+        command = self.command.class_name if self.command is not None else None
+        for other in (command, self.payload.command_name):
+            if isinstance(other, str) and other.strip("\\") and other not in names:
+                names.append(other)
+        return tuple(names)
 
     def release(self, delay: float | timedelta = 0) -> None:
         """Put the job back on its queue after ``delay`` seconds (the attempt counts)."""
@@ -99,16 +173,32 @@ def parse_job(
         raise MalformedJob(problem)
     uuid = str(payload.uuid)
     command: JobCommand | None = None
+    arguments: list[Any] = []
     named = payload.command_name if payload.job == CALL_QUEUED_HANDLER else None
-    if isinstance(named, str) and named.strip("\\") and handled is not None and not handled(named):
+    kind = WRAPPERS.get(named.lstrip("\\"), "job") if isinstance(named, str) else "job"
+    display = payload.display_name
+    if kind != "job" and isinstance(display, str) and display.strip("\\"):
+        named = display  # what Laravel prints and users register: the listener, mailable …
+    wrapper = payload.command_name
+    if kind == "closure" or (
+        isinstance(named, str)
+        and named.strip("\\")
+        and handled is not None
+        and not handled(named)
+        and not (isinstance(wrapper, str) and wrapper.strip("\\") and handled(wrapper))
+    ):
         # Not ours to run: its command is left to the worker that knows the class, so a
         # job Laravel runs (nested deeper than this worker reads, say) is not failed here.
+        # A closure is PHP code: never ours.
         properties: dict[str, Any] = {}
-        name = named
+        name = named if isinstance(named, str) else str(wrapper)
     elif payload.job == CALL_QUEUED_HANDLER:
         try:
             command = payload.command(encrypter)
-            properties = command.properties
+            if kind == "job":
+                properties = command.properties
+            else:
+                properties, arguments = _unwrap(kind, command)
         except LaravelBridgeError as exc:
             raise MalformedJob(f"cannot decode data.command: {exc}", uuid) from exc
         name = named if isinstance(named, str) and named else command.class_name
@@ -128,7 +218,47 @@ def parse_job(
         payload.backoff  # noqa: B018 — validates the backoff text
     except PayloadError as exc:
         raise MalformedJob(str(exc), uuid) from exc
-    return Job(row.id, name, row.queue, row.attempts, uuid, payload, command, properties)
+    return Job(
+        row.id, name, row.queue, row.attempts, uuid, payload, command, properties, kind, arguments
+    )
+
+
+def _unwrap(kind: str, command: JobCommand) -> tuple[dict[str, Any], list[Any]]:
+    """(properties, arguments) of what a Laravel wrapper holds (see :class:`Job`)."""
+    obj = command.obj
+    if kind == "listener":
+        # CallQueuedListener::prepareData: ``data`` may be kept serialized.
+        data = obj.get("data")
+        if isinstance(data, (str, bytes)):
+            data = php_serialize.loads(data, max_depth=MAX_COMMAND_DEPTH)
+        if isinstance(data, dict):
+            data = list(data.values())
+        if not isinstance(data, list):
+            raise PayloadError(f"the listener's data is a {type(data).__name__}, not an array")
+        return {}, list(unpack(data))
+    if kind == "mailable":
+        mailable = _object(obj, "mailable")
+        return _own_properties(mailable), [mailable]
+    notification = _object(obj, "notification")
+    notifiables = unpack(obj.get("notifiables"))
+    if isinstance(notifiables, PhpObject) and notifiables.class_name in COLLECTION_CLASSES:
+        items = notifiables.get("items")
+        notifiables = list(items.values()) if isinstance(items, dict) else items
+    channels = unpack(obj.get("channels"))
+    if isinstance(channels, dict):
+        channels = list(channels.values())
+    return _own_properties(notification), [notifiables, notification, channels]
+
+
+def _object(obj: PhpObject, name: str) -> PhpObject:
+    value = unpack(obj.get(name))
+    if not isinstance(value, PhpObject):
+        raise PayloadError(f"the {obj.class_name}'s {name} is {short_repr(value)}, not an object")
+    return value
+
+
+def _own_properties(obj: PhpObject) -> dict[str, Any]:
+    return {k: v for k, v in obj.plain().items() if k not in QUEUEABLE_PROPERTIES}
 
 
 def _uuid_problem(uuid: object) -> str | None:

@@ -219,38 +219,46 @@ def short_repr(value: Any) -> str:
 
 
 def _rebuild(
-    value: Any, leaf: Callable[[Any], Any], branches: tuple[type, ...], max_depth: int
+    value: Any, leaf: Callable[[Any], Any], is_branch: Callable[[Any], bool], max_depth: int
 ) -> Any:
-    """Copy nested ``branches`` (lists, dicts …) as lists and dicts, applying ``leaf`` to every
-    other value. Iterative: nesting past ``max_depth`` (a cycle included) raises
-    :class:`PayloadTooDeep`, never ``RecursionError``."""
-    if not isinstance(value, branches):
+    """Copy the nested values ``is_branch`` accepts (lists, tuples and dicts as lists and dicts,
+    a :class:`PhpObject` as a new one of its class), applying ``leaf`` to every other value.
+    Iterative: nesting past ``max_depth`` (a cycle included) raises :class:`PayloadTooDeep`,
+    never ``RecursionError``."""
+    if not is_branch(value):
         return leaf(value)
 
-    def open_(branch: Any) -> tuple[Any, Any]:
+    def open_(branch: Any) -> tuple[Any, Any, Any]:
+        """(the copy, the container its children go into, the children)."""
+        if isinstance(branch, PhpObject):
+            copy = PhpObject(branch.class_name, {})
+            return copy, copy.properties, iter(branch.properties.items())
         if isinstance(branch, dict):
-            return {}, iter(branch.items())
-        return [], enumerate(branch)
+            out: dict[Any, Any] = {}
+            return out, out, iter(branch.items())
+        items: list[Any] = []
+        return items, items, enumerate(branch)
 
-    result, items = open_(value)
-    stack = [(result, items)]
+    result, target, children = open_(value)
+    stack = [(target, children)]
     while stack:
         out, items = stack[-1]
         for key, child in items:
-            if isinstance(child, branches):
+            branch = is_branch(child)
+            if branch:
                 if len(stack) >= max_depth:
                     raise PayloadTooDeep(
                         f"a value nests arrays deeper than {max_depth} levels (MAX_COMMAND_DEPTH)"
                     )
-                new, new_items = open_(child)
-                stack.append((new, new_items))
+                new, new_target, new_items = open_(child)
+                stack.append((new_target, new_items))
             else:
                 new = leaf(child)
             if type(out) is list:
                 out.append(new)
             else:
                 out[key] = new
-            if isinstance(child, branches):
+            if branch:
                 break
         else:
             stack.pop()
@@ -274,13 +282,36 @@ def _php_leaf(value: Any) -> Any:
     return value
 
 
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (list, dict))
+
+
+def _is_array_or_tuple(value: Any) -> bool:
+    return isinstance(value, (list, tuple, dict))
+
+
+def _is_array_or_object(value: Any) -> bool:
+    return isinstance(value, (list, dict)) or (
+        isinstance(value, PhpObject)
+        and value.class_name not in CARBON_CLASSES
+        and value.class_name != MODEL_IDENTIFIER
+    )
+
+
 def to_python(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
     """A friendlier view of a PHP value: dates → ``datetime``, models → ``ModelIdentifier``.
 
     Lists and dicts are copied (objects are not descended into); nesting past
     ``max_depth`` raises :class:`PayloadTooDeep`.
     """
-    return _rebuild(value, _python_leaf, (list, dict), max_depth)
+    return _rebuild(value, _python_leaf, _is_array, max_depth)
+
+
+def unpack(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
+    """:func:`to_python` all the way down: objects are descended into too, each copied as a
+    :class:`PhpObject` of its class (same property keys) holding Python values — what a
+    handler gets for an event, a mailable or a notification."""
+    return _rebuild(value, _python_leaf, _is_array_or_object, max_depth)
 
 
 def to_php(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
@@ -289,7 +320,7 @@ def to_php(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
     Tuples become lists; nesting past ``max_depth`` (or a list holding itself)
     raises :class:`PayloadTooDeep`.
     """
-    return _rebuild(value, _php_leaf, (list, tuple, dict), max_depth)
+    return _rebuild(value, _php_leaf, _is_array_or_tuple, max_depth)
 
 
 # -- the command -------------------------------------------------------------------------

@@ -14,7 +14,8 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
    ``retryUntil`` in the payload the time decides and tries do not; otherwise
    ``attempts > maxTries`` (the payload's, else ``--tries``; 0 = unlimited)
    fails the job before it runs.
-4. The handler registered for the job's class runs, with the job's
+4. The handler registered for the job's class (for a queued listener, mailable or
+   notification: that class, Laravel's ``displayName``) runs, with the job's
    ``timeout`` (else ``--timeout``). Success deletes the job — and dispatches
    the next job of a chain in the same transaction. An exception (or a
    timeout) fails the job when ``retryUntil`` passed, when attempts reached
@@ -367,7 +368,7 @@ class Worker:
             self._fail_malformed(job, reason)
             return True
         self._line(job, "Processing", parsed.name)
-        handler = self.handlers.get(parsed.name)
+        handler = self._handler_for(parsed)
         try:
             self._fail_if_already_exceeded(job, parsed)
         except MaxAttemptsExceeded as exc:
@@ -377,6 +378,17 @@ class Worker:
             return self._unknown(job, parsed)
         self._run_handler(job, parsed, handler)
         return True
+
+    def _handler_for(self, parsed: Job) -> Handler | None:
+        """The handler of the first of the job's names one is registered under (the
+        listener/mailable/notification class before Laravel's wrapper of it)."""
+        if parsed.kind == "closure":
+            return None
+        for name in parsed.handler_names:
+            handler = self.handlers.get(name)
+            if handler is not None:
+                return handler
+        return None
 
     def _run_handler(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
         timeout = (
@@ -627,8 +639,13 @@ class Worker:
           (False), so ``stop_when_empty`` stops and a long-running worker idles
           ``sleep`` seconds — at most one such release per sweep, never a hot loop.
         """
+        closure = parsed.kind == "closure"
         if self.options.unknown_jobs == "fail":
-            exc = LaravelBridgeError(f"no handler is registered for {parsed.name}")
+            exc = LaravelBridgeError(
+                f"{parsed.name} is a queued closure: PHP code, which only a PHP worker can run"
+                if closure
+                else f"no handler is registered for {parsed.name}"
+            )
             self._fail(job, parsed, exc, None)
             return True
         delay = min(max(self.options.unknown_delay, MIN_UNKNOWN_DELAY), MAX_DELAY_SECONDS)
@@ -647,8 +664,10 @@ class Worker:
         if len(self._released_unknown) > UNKNOWN_MEMORY:
             del self._released_unknown[next(iter(self._released_unknown))]
         logger.warning(
-            "no handler for %s (job %s): released for %s s with its attempt refunded",
-            parsed.name,
+            "%s (job %s): released for %s s with its attempt refunded",
+            f"{parsed.name} is a queued closure, PHP code only a PHP worker can run"
+            if closure
+            else f"no handler for {parsed.name}",
             job.id,
             delay,
         )

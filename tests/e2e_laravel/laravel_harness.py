@@ -180,6 +180,12 @@ class LaravelQueueHarness:
         """Like ``dispatch`` but one row per dispatch (a case may be named several times)."""
         return self.json_lines("dispatch", *cases, with_key=True)
 
+    def queue_things(self, *cases: str) -> dict[str, dict[str, Any]]:
+        """Queue what a Laravel app queues besides jobs, through Laravel's own calls
+        (``php/things.php``: ``listener``, ``mailable``, ``notification``, ``closure``; default
+        all). Per case: ``{"case", "id", "uuid", "queue", "payload"}``."""
+        return {row["case"]: row for row in self.json_lines("queue-things", *cases, with_key=True)}
+
     def work_args(
         self,
         *,

@@ -21,6 +21,10 @@
 //   failed   CONN                      failed_jobs as `queue:failed` lists them, one JSON line each
 //   push-raw CONN QUEUE                pushRaw() the payload read on stdin; prints {"id": N}
 //   info     CONN                      {"driver","server_version","lock_for_popping"}
+//   queue-things CONN APP_KEY [CASE …]  what a Laravel app queues besides jobs, through Laravel's
+//                                      own calls: listener (event()), mailable (Mail::to()->queue),
+//                                      notification ($user->notify()), closure (dispatch(fn)); one
+//                                      JSON line per case: {case,id,uuid,queue,payload}
 //
 // Job classes and cases: jobs.php. Their handle() appends a JSON line to $QUEUE_HARNESS_LOG.
 error_reporting(E_ALL & ~E_DEPRECATED);
@@ -28,6 +32,7 @@ date_default_timezone_set('UTC');
 require '/usr/share/php/Illuminate/autoload.php';
 require_once '/usr/share/php/Carbon/autoload.php';
 require_once __DIR__ . '/jobs.php';
+require_once __DIR__ . '/things.php';
 
 use Illuminate\Bus\Dispatcher as BusDispatcher;
 use Illuminate\Cache\ArrayStore;
@@ -162,6 +167,37 @@ function boot(string $connJson, ?string $appKey = null): Container
     $container->instance(BusDispatcher::class, $bus);
     $container->instance(Illuminate\Contracts\Bus\Dispatcher::class, $bus);
     $container->instance(Illuminate\Contracts\Bus\QueueingDispatcher::class, $bus);
+
+    // EventServiceProvider: queued listeners go through the queue manager.
+    $events->setQueueResolver(fn () => $container['queue']);
+    $events->listen(\App\Things\OrderShipped::class,
+        [\App\Things\SendShipmentNotification::class, 'handle']);
+
+    // MailServiceProvider with the array transport (config/mail.php's 'array' mailer); a sent
+    // message is recorded in the harness log.
+    $config = $container['config'];
+    $config['mail.default'] = 'array';
+    $config['mail.mailers.array'] = ['transport' => 'array'];
+    $config['mail.from'] = ['address' => 'shop@example.com', 'name' => 'Shop'];
+    $views = new Illuminate\View\Factory(new Illuminate\View\Engines\EngineResolver,
+        new Illuminate\View\FileViewFinder(new Illuminate\Filesystem\Filesystem, []), $events);
+    $container->instance('view', $views);
+    $container->instance(Illuminate\Contracts\View\Factory::class, $views);
+    $mail = new Illuminate\Mail\MailManager($container);
+    $container->instance('mail.manager', $mail);
+    $container->instance(Illuminate\Contracts\Mail\Factory::class, $mail);
+    $container->bind('mailer', fn ($app) => $app['mail.manager']->mailer());
+    $container->bind(Illuminate\Contracts\Mail\Mailer::class, fn ($app) => $app['mailer']);
+    $events->listen(Illuminate\Mail\Events\MessageSent::class, function ($sent) {
+        \App\Things\record_thing(['class' => 'mail', 'to' => array_keys($sent->message->getTo()),
+            'subject' => $sent->message->getSubject()]);
+    });
+
+    // NotificationServiceProvider.
+    $channels = new Illuminate\Notifications\ChannelManager($container);
+    $container->instance(Illuminate\Notifications\ChannelManager::class, $channels);
+    $container->instance(Illuminate\Contracts\Notifications\Dispatcher::class, $channels);
+    $container->instance(Illuminate\Contracts\Notifications\Factory::class, $channels);
 
     $handler = new StderrExceptionHandler;
     $container->instance(ExceptionHandler::class, $handler);
@@ -391,6 +427,42 @@ function failed(Container $container): void
     }
 }
 
+/** dispatch(function () { … }): alone on its line, as the closure serializer finds a closure
+ * by the line it starts on. */
+function dispatch_closure(): void
+{
+    dispatch(
+        function () {
+            \App\Things\record_thing(['class' => 'closure']);
+        }
+    );
+}
+
+/** What a Laravel app queues besides jobs, each through the call an app makes. */
+function queue_things(Container $container, array $names): void
+{
+    $customer = \App\Things\Customer::find(7);
+    $cases = [
+        'listener' => fn () => event(new \App\Things\OrderShipped($customer, 1001,
+            Carbon::create(2024, 5, 6, 7, 8, 9))),
+        'mailable' => fn () => Illuminate\Support\Facades\Mail::to('ada@example.com')
+            ->cc('ops@example.com')->queue(new \App\Things\OrderShippedMail($customer, 1001)),
+        'notification' => fn () => $customer->notify(new \App\Things\InvoicePaid(42, 99.5)),
+        'closure' => 'dispatch_closure',
+    ];
+    foreach ($names ?: array_keys($cases) as $name) {
+        if (! isset($cases[$name])) {
+            fail_usage("unknown case {$name}; known: " . implode(', ', array_keys($cases)));
+        }
+        $before = (int) DB::table('jobs')->max('id');
+        $cases[$name]();
+        $row = DB::table('jobs')->where('id', '>', $before)->orderBy('id')->first();
+        out(['case' => $name, 'id' => (int) $row->id,
+            'uuid' => json_decode($row->payload, true)['uuid'], 'queue' => $row->queue,
+            'payload' => $row->payload]);
+    }
+}
+
 function info(Container $container): void
 {
     $queue = $container['queue']->connection(QUEUE_CONNECTION);
@@ -433,6 +505,10 @@ switch ($cmd) {
         break;
     case 'info':
         info(boot($conn));
+        break;
+    case 'queue-things':
+        queue_things(boot($conn, $argv[3] ?? fail_usage('queue-things CONN APP_KEY [CASE …]')),
+            array_slice($argv, 4));
         break;
     default:
         fail_usage("unknown command {$cmd}");
