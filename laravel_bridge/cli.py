@@ -143,11 +143,19 @@ def with_table_options(command: F) -> F:
 )
 @click.option("--cipher", default="AES-256-CBC", show_default=True)
 @click.option(
+    "--claim",
+    type=click.Choice(["handled", "all"]),
+    default="handled",
+    show_default=True,
+    help="Reserve only jobs of classes with a handler here (and unreadable rows), leaving the "
+    "rest to PHP workers; or every job (Laravel's jobs table; contract v1's reserves all).",
+)
+@click.option(
     "--unknown-jobs",
     type=click.Choice(["release", "fail"]),
     default="release",
     show_default=True,
-    help="What to do with a job no handler is registered for.",
+    help="What to do with a job no handler is registered for, once reserved.",
 )
 @click.option(
     "--unknown-delay",
@@ -188,6 +196,7 @@ def work(
     cipher: str,
     jobs_table: str,
     failed_table: str,
+    claim: str,
     unknown_jobs: str,
     unknown_delay: float,
     max_payload: int,
@@ -217,6 +226,7 @@ def work(
         once=once,
         stop_when_empty=stop_when_empty,
         retry_after=retry_after,
+        claim="all" if claim == "all" else "handled",
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
         unknown_delay=unknown_delay,
         max_payload=max_payload,

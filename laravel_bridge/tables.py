@@ -83,8 +83,15 @@ class JobTable(Protocol):
         """Store jobs with multi-row INSERTs in one transaction; return how many."""
         ...
 
-    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
-        """Reserve the next ready job of ``queue``, counting the attempt; None if none."""
+    def pop(
+        self, queue: str, retry_after: float, classes: Collection[str] | None = None
+    ) -> ReservedJob | None:
+        """Reserve the next ready job of ``queue``, counting the attempt; None if none.
+
+        ``classes``: reserve only a job whose payload names one of these classes (or is no
+        Laravel payload at all: a bad row to settle), leaving every other job untouched for
+        the workers that run it. Laravel's table only: contract v1's claim has no such
+        filter, and reserves whatever is next."""
         ...
 
     def delete(self, job: ReservedJob, then: Sequence[PushJob] = ()) -> bool:
@@ -92,7 +99,12 @@ class JobTable(Protocol):
         ...
 
     def delete_and_pop(
-        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+        self,
+        job: ReservedJob,
+        then: Sequence[PushJob],
+        queues: Sequence[str],
+        retry_after: float,
+        classes: Collection[str] | None = None,
     ) -> tuple[bool, ReservedJob | None]:
         """:meth:`delete`, then :meth:`pop` the first of ``queues`` with a job, in one
         transaction (one commit for a finished job and the next). (deleted, next job)."""
@@ -162,8 +174,10 @@ class LaravelLayout(_CounterMixin):
     def push_many(self, jobs: Sequence[PushJob]) -> int:
         return self.store.push_many([(j.queue, j.payload, j.delay) for j in jobs])
 
-    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
-        row = self.store.pop(queue, retry_after)
+    def pop(
+        self, queue: str, retry_after: float, classes: Collection[str] | None = None
+    ) -> ReservedJob | None:
+        row = self.store.pop(queue, retry_after, classes)
         if row is None:
             return None
         return ReservedJob(row.id, row.queue, row.payload, row.attempts, row)
@@ -172,10 +186,15 @@ class LaravelLayout(_CounterMixin):
         return self.store.delete(_row(job), [(j.queue, j.payload, j.delay) for j in then])
 
     def delete_and_pop(
-        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+        self,
+        job: ReservedJob,
+        then: Sequence[PushJob],
+        queues: Sequence[str],
+        retry_after: float,
+        classes: Collection[str] | None = None,
     ) -> tuple[bool, ReservedJob | None]:
         deleted, row = self.store.delete_and_pop(
-            _row(job), [(j.queue, j.payload, j.delay) for j in then], queues, retry_after
+            _row(job), [(j.queue, j.payload, j.delay) for j in then], queues, retry_after, classes
         )
         if row is None:
             return deleted, None
@@ -232,7 +251,9 @@ class AskrLayout(_CounterMixin):
     def push_many(self, jobs: Sequence[PushJob]) -> int:
         return len(self.store.enqueue_many([self._new(j) for j in jobs]))
 
-    def pop(self, queue: str, retry_after: float) -> ReservedJob | None:
+    def pop(
+        self, queue: str, retry_after: float, classes: Collection[str] | None = None
+    ) -> ReservedJob | None:
         claimed = self.store.claim(queue, 1, retry_after).jobs
         if not claimed:
             return None
@@ -244,7 +265,12 @@ class AskrLayout(_CounterMixin):
         return self.store.ack_and_enqueue(_receipt(job), [self._new(j) for j in then])
 
     def delete_and_pop(
-        self, job: ReservedJob, then: Sequence[PushJob], queues: Sequence[str], retry_after: float
+        self,
+        job: ReservedJob,
+        then: Sequence[PushJob],
+        queues: Sequence[str],
+        retry_after: float,
+        classes: Collection[str] | None = None,
     ) -> tuple[bool, ReservedJob | None]:
         acked, claimed = self.store.ack_and_claim(
             _receipt(job), [self._new(j) for j in then], queues, retry_after

@@ -60,6 +60,7 @@ from .tables import MAX_LARAVEL_ATTEMPTS, JobTable, PushJob, ReservedJob
 logger = logging.getLogger(__name__)
 
 UnknownJobPolicy = Literal["release", "fail"]
+ClaimPolicy = Literal["handled", "all"]
 
 #: The least delay an unknown job is released with (see :meth:`Worker._unknown`).
 MIN_UNKNOWN_DELAY = 1.0
@@ -107,6 +108,13 @@ class WorkerOptions:
     stop_when_empty: bool = False
     #: The connection's ``retry_after``: a reservation older than this is taken over.
     retry_after: int = 90
+    #: Which jobs to reserve on Laravel's table: ``handled``, only those whose payload names
+    #: a class with a handler here (``displayName`` or ``data.commandName``) and rows that
+    #: are no Laravel payload (bad rows, failed here) — every other job is left untouched
+    #: for the PHP workers sharing the queue, so it waits no longer than with them alone;
+    #: ``all``, every job (a queue no PHP worker serves: ``unknown_jobs`` then decides).
+    #: Contract v1's layout always reserves every job.
+    claim: ClaimPolicy = "handled"
     #: A job whose class has no handler: ``release`` it (attempt refunded) after
     #: ``unknown_delay`` seconds (at least :data:`MIN_UNKNOWN_DELAY`), for another worker
     #: that knows it, or ``fail`` it.
@@ -120,6 +128,8 @@ class WorkerOptions:
     def __post_init__(self) -> None:
         if not self.queues:
             raise LaravelBridgeError("give at least one queue to work")
+        if self.claim not in ("handled", "all"):
+            raise LaravelBridgeError(f"claim must be 'handled' or 'all', got {self.claim!r}")
         if self.unknown_jobs not in ("release", "fail"):
             raise LaravelBridgeError(
                 f"unknown_jobs must be 'release' or 'fail', got {self.unknown_jobs!r}"
@@ -267,12 +277,18 @@ class Worker:
         return False
 
     def pop(self) -> ReservedJob | None:
-        """One sweep: the first ready job of the queues, in their order."""
+        """One sweep: the first ready job of the queues, in their order (of the classes
+        this worker runs, unless ``claim`` is ``all``)."""
+        classes = self._claimed_classes()
         for queue in self.options.queues:
-            job = self.table.pop(queue, self.options.retry_after)
+            job = self.table.pop(queue, self.options.retry_after, classes)
             if job is not None:
                 return job
         return None
+
+    def _claimed_classes(self) -> list[str] | None:
+        """The classes a pop may reserve: those with a handler here (None: every class)."""
+        return list(self.handlers) if self.options.claim == "handled" else None
 
     def _idle(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -474,7 +490,7 @@ class Worker:
         if not going_on:
             return self.table.delete(job, then)
         deleted, self._next = self.table.delete_and_pop(
-            job, then, list(opts.queues), opts.retry_after
+            job, then, list(opts.queues), opts.retry_after, self._claimed_classes()
         )
         return deleted
 

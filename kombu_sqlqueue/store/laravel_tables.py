@@ -29,8 +29,9 @@ compiles each once.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,17 @@ __all__ = [
 #: engine's bind-parameter limit), and payload bytes per INSERT.
 PUSH_CHUNK = 1000
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+def class_filter(classes: Collection[str]) -> str:
+    """The ``:names`` parameter of ``laravel_pop_lock_named``: the class names as a Laravel
+    payload's JSON writes them (``\\`` doubled, ``/`` as ``\\/``, UTF-8 raw), between
+    ``|`` (no PHP class name holds one). No class: ``"|"``, which nothing matches."""
+    written = (
+        json.dumps(name.lstrip("\\"), ensure_ascii=False)[1:-1].replace("/", "\\/")
+        for name in classes
+    )
+    return "|" + "".join(f"{name}|" for name in written if name and "|" not in name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +173,19 @@ class LaravelTableStore(TableStore):
 
         return self._run(work, single=len(chunks) == 1)
 
-    def _pop_params(self, queue: str, retry_after: float) -> dict[str, Any]:
+    def _pop_params(
+        self, queue: str, retry_after: float, classes: Collection[str] | None = None
+    ) -> dict[str, Any]:
         validate_queue_name(queue)
         now = int(self.clock())
-        return {"queue": queue, "now": now, "expired": now - int(retry_after), "limit": 1}
+        params = {"queue": queue, "now": now, "expired": now - int(retry_after), "limit": 1}
+        if classes is not None:
+            params["names"] = class_filter(classes)
+        return params
 
     def _pop_in(self, tx: Tx, params: dict[str, Any]) -> LaravelRow | None:
-        found = tx.execute(self.q.laravel_pop_lock, params).fetchone()
+        pop = self.q.laravel_pop_lock_named if "names" in params else self.q.laravel_pop_lock
+        found = tx.execute(pop, params).fetchone()
         if found is None:
             return None
         job_id, attempts, *stored = found
@@ -178,9 +196,15 @@ class LaravelTableStore(TableStore):
             int(job_id), params["queue"], self.q.laravel_stored_payload(stored), held, now
         )
 
-    def pop(self, queue: str, retry_after: float) -> LaravelRow | None:
-        """Reserve the oldest ready job of ``queue`` (``DatabaseQueue::pop``), or None."""
-        params = self._pop_params(queue, retry_after)
+    def pop(
+        self, queue: str, retry_after: float, classes: Collection[str] | None = None
+    ) -> LaravelRow | None:
+        """Reserve the oldest ready job of ``queue`` (``DatabaseQueue::pop``), or None.
+
+        With ``classes``, only a job whose payload names one of them (``displayName`` or
+        ``data.commandName``), or whose payload is no Laravel payload at all, is reserved:
+        the others are left to workers that run them, untouched."""
+        params = self._pop_params(queue, retry_after, classes)
         return self._run(lambda tx: self._pop_in(tx, params))
 
     def delete(self, row: LaravelRow, then: Sequence[tuple[str, str, float]] = ()) -> bool:
@@ -195,6 +219,7 @@ class LaravelTableStore(TableStore):
         then: Sequence[tuple[str, str, float]],
         queues: Sequence[str],
         retry_after: float,
+        classes: Collection[str] | None = None,
     ) -> tuple[bool, LaravelRow | None]:
         """:meth:`delete` and then :meth:`pop` the first of ``queues`` with a job, in one
         transaction: a worker finishing a job and taking the next pays one commit instead
@@ -203,7 +228,7 @@ class LaravelTableStore(TableStore):
         fence = {"job_id": row.id, "held": row.attempts}
         now = self.clock()
         rows = [self._row(q, p, d, 0, now) for q, p, d in then]
-        pops = [self._pop_params(q, retry_after) for q in queues]
+        pops = [self._pop_params(q, retry_after, classes) for q in queues]
 
         def work(tx: Tx) -> tuple[bool, LaravelRow | None]:
             deleted = tx.execute(self.q.laravel_delete, fence).rowcount == 1

@@ -260,19 +260,26 @@ class LaravelQueueHarness:
         )
         return WorkResult(done.returncode, done.stdout, done.stderr)
 
-    def start_work(self, **options: Any) -> subprocess.Popen[str]:
-        """Start ``work`` in the background (same options as ``work_args``; stdout/stderr piped).
+    def start_work(self, output: Path | None = None, **options: Any) -> subprocess.Popen[str]:
+        """Start ``work`` in the background (same options as ``work_args``; stdout/stderr piped,
+        or stdout to the file ``output``: a worker that prints more than a pipe holds blocks
+        until someone reads it, and is killed by its own timeout alarm).
 
         Stop it with ``proc.send_signal(signal.SIGTERM)`` (the Worker finishes its current job
         and exits 0), then ``proc.communicate()``; ``parse_status_lines`` reads its stdout.
         """
-        return subprocess.Popen(
-            self.command("work", *self.work_args(**options), with_key=True),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env(),
-        )
+        stdout: Any = subprocess.PIPE if output is None else output.open("w")
+        try:
+            return subprocess.Popen(
+                self.command("work", *self.work_args(**options), with_key=True),
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self.env(),
+            )
+        finally:
+            if output is not None:
+                stdout.close()  # the child has its own copy
 
     def retry(self, *uuids: str) -> list[dict[str, Any]]:
         """``php artisan queue:retry UUID…`` (or ``"all"``): per id ``{"uuid", "retried", …}``."""

@@ -133,12 +133,23 @@ def test_a_handler_under_laravels_wrapper_name_still_gets_what_it_wraps(
     assert got[0].event["orderId"] == 1001
 
 
+def test_a_queued_closure_is_not_even_reserved_by_default(
+    queue: LaravelQueueHarness, table: JobTable
+) -> None:
+    queue.queue_things("closure")
+    python = worker(table, HandlerRegistry(), [])
+    python.run()
+    assert python.jobs_processed == 0 and table.size("default") == 1
+    php = queue.work()
+    assert [r["class"] for r in queue.runs()] == ["closure"], php.stderr
+
+
 def test_a_queued_closure_is_left_to_php_and_the_log_says_why(
     queue: LaravelQueueHarness, table: JobTable, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue.queue_things("closure")
     caplog.set_level(logging.WARNING, logger="laravel_bridge.worker")
-    worker(table, HandlerRegistry(), [], unknown_delay=0).run()
+    worker(table, HandlerRegistry(), [], unknown_delay=0, claim="all").run()
     assert table.size("default") == 1 and queue.failed() == []
     assert any(
         "is a queued closure, PHP code only a PHP worker can run" in r.getMessage()
@@ -157,7 +168,7 @@ def test_a_queued_closure_failed_by_policy_says_it_is_php_code(
     queue: LaravelQueueHarness, table: JobTable
 ) -> None:
     queued = queue.queue_things("closure")["closure"]
-    worker(table, HandlerRegistry(), [], unknown_jobs="fail").run()
+    worker(table, HandlerRegistry(), [], unknown_jobs="fail", claim="all").run()
     (failed,) = queue.failed()
     assert failed["uuid"] == queued["uuid"] and failed["payload"] == queued["payload"]
     assert "is a queued closure: PHP code, which only a PHP worker can run" in failed["exception"]

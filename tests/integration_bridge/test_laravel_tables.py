@@ -211,3 +211,56 @@ def test_stores_opened_and_freed_on_one_database_each_write_their_own_tables(
             LaravelTableStore(database, options=StoreOptions())
     finally:
         database.close()
+
+
+def laravel_payload(display: str, command: str | None = None, tail: str = "") -> str:
+    """A payload's head as Laravel writes it (JSON-escaped names), the command left out."""
+    from laravel_bridge.payload import laravel_json
+
+    data = {"commandName": command or display, "command": "O:8:..."}
+    return (
+        '{"uuid":"6f1c9a2e-0000-4000-8000-000000000000","displayName":'
+        f'{laravel_json(display)},"job":"Illuminate\\\\Queue\\\\CallQueuedHandler@call",'
+        f'"maxTries":null,"data":{laravel_json(data)}{tail}}}'
+    )
+
+
+def test_a_pop_by_class_reserves_only_jobs_naming_a_listed_class(
+    lstore: LaravelTableStore, db_url: str
+) -> None:
+    ids = {
+        name: lstore.push("q", payload)
+        for name, payload in [
+            ("php_only", laravel_payload("App\\Jobs\\PhpOnly")),
+            ("prefix", laravel_payload("App\\Jobs\\Send")),  # a prefix of a listed name
+            ("ours", laravel_payload("App\\Jobs\\SendInvoice")),
+            ("listener", laravel_payload("App\\Listeners\\Ship",
+                                         "Illuminate\\Events\\CallQueuedListener")),
+            ("unicode", laravel_payload("App\\Jobs\\Zoë/Ünï")),
+            ("not_json", "{this is no payload"),
+            ("no_display", '{"uuid":"x","job":"App\\\\Jobs\\\\PhpOnly"}'),
+        ]
+    }  # fmt: skip
+    classes = ["\\App\\Jobs\\SendInvoice", "Illuminate\\Events\\CallQueuedListener",
+               "App\\Jobs\\Zoë/Ünï"]  # fmt: skip
+    got = []
+    while (row := lstore.pop("q", 90, classes)) is not None:
+        got.append(row.id)
+    assert got == [ids[k] for k in ("ours", "listener", "unicode", "not_json", "no_display")]
+    untouched = {r["id"]: r for r in rows(db_url)}
+    for name in ("php_only", "prefix"):  # never reserved: a PHP worker finds them as queued
+        assert (untouched[ids[name]]["attempts"], untouched[ids[name]]["reserved_at"]) == (0, None)
+    # No class at all: only what is no Laravel payload would be taken (none is left).
+    assert lstore.pop("q", 90, []) is None
+    assert lstore.pop("q", 90) is not None  # no filter: the oldest, as Laravel pops
+
+
+def test_a_pop_by_class_reads_only_the_payloads_head(lstore: LaravelTableStore) -> None:
+    """A name cut off by the head is no match (never a partial one); a long payload whose
+    head names the class is found whatever follows."""
+    long_name = "App\\Jobs\\" + "X" * 3000
+    lstore.push("q", laravel_payload(long_name))
+    big = lstore.push("q", laravel_payload("App\\Jobs\\Big", tail=',"pad":"' + "y" * 100_000 + '"'))
+    assert lstore.pop("q", 90, [long_name[:1500]]) is None
+    row = lstore.pop("q", 90, ["App\\Jobs\\Big"])
+    assert row is not None and row.id == big

@@ -190,7 +190,7 @@ def test_unknown_job_is_released_with_its_attempt_refunded(
     queue: LaravelQueue, registry: HandlerRegistry, clock: Clock, db_url: str, layout: str
 ) -> None:
     queue.dispatch("App\\Jobs\\PhpOnly", {"x": 1})
-    worker = make_worker(queue.table, registry, clock, unknown_delay=30)
+    worker = make_worker(queue.table, registry, clock, unknown_delay=30, claim="all")
     worker.process_next()
     assert queue.size("default") == 1
     assert queue.table.pop("default", 90) is None  # released for 30 s
@@ -199,11 +199,28 @@ def test_unknown_job_is_released_with_its_attempt_refunded(
     assert again is not None and again.attempts == 1  # the Python pass did not count
 
 
+def test_a_worker_claims_only_the_classes_it_has_handlers_for(
+    queue: LaravelQueue, registry: HandlerRegistry, clock: Clock, layout: str
+) -> None:
+    """The default (claim="handled"): a job of a class with no handler here is never reserved
+    on Laravel's table — it waits, untouched (attempts 0), for a PHP worker; contract v1's
+    layout has no such filter and hands it back (released, attempt refunded)."""
+    first = queue.dispatch("App\\Jobs\\PhpOnly", {})
+    ours = queue.dispatch("App\\Jobs\\SendInvoice", {"invoiceId": 1})
+    ran: list[str] = []
+    registry.register("App\\Jobs\\SendInvoice", lambda job: ran.append(job.uuid))
+    make_worker(queue.table, registry, clock).run()
+    assert ran == [ours.uuid] and queue.size("default") == 1 and failed(queue.table) == []
+    if layout == "laravel":
+        left = queue.table.pop("default", 90)  # no class filter: what a PHP worker sees
+        assert left is not None and left.attempts == 1 and left.id == first.id
+
+
 def test_unknown_job_fails_when_the_policy_says_so(
     queue: LaravelQueue, registry: HandlerRegistry, clock: Clock
 ) -> None:
     d = queue.dispatch("App\\Jobs\\PhpOnly", {})
-    make_worker(queue.table, registry, clock, unknown_jobs="fail").run()
+    make_worker(queue.table, registry, clock, unknown_jobs="fail", claim="all").run()
     (row,) = failed(queue.table)
     assert row["uuid"] == d.uuid
     assert "no handler is registered for App\\Jobs\\PhpOnly" in row["exception"]

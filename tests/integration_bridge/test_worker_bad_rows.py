@@ -342,7 +342,7 @@ def test_unknown_jobs_with_unknown_delay_0_do_not_loop(
     registry.register(GOOD, lambda job: ran.append(job.uuid))
     unknown = queue.dispatch("App\\Jobs\\PhpOnly", {})
     good = queue.dispatch(GOOD, {})
-    options = WorkerOptions(stop_when_empty=True, sleep=0, unknown_delay=0)
+    options = WorkerOptions(stop_when_empty=True, sleep=0, unknown_delay=0, claim="all")
     with caplog.at_level(logging.INFO, logger="laravel_bridge.worker"):
         Worker(table, options, handlers=registry).run()
     assert ran == [good.uuid]
@@ -366,7 +366,7 @@ def test_an_unknown_job_met_again_counts_as_an_empty_sweep(
     registry.register(GOOD, lambda job: time.sleep(2.1))  # 1 s, rounded up to the second
     queue.dispatch("App\\Jobs\\PhpOnly", {})
     queue.dispatch(GOOD, {})
-    options = WorkerOptions(stop_when_empty=True, sleep=0, unknown_delay=0)
+    options = WorkerOptions(stop_when_empty=True, sleep=0, unknown_delay=0, claim="all")
     with caplog.at_level(logging.INFO, logger="laravel_bridge.worker"):
         Worker(table, options, handlers=registry).run()
     messages = [r.getMessage() for r in caplog.records if "no handler for" in r.getMessage()]
@@ -387,7 +387,7 @@ def test_an_unknown_job_met_again_does_not_hide_the_jobs_behind_it(
     for n in range(3):
         queue.dispatch(GOOD, {"n": n})
     options = WorkerOptions(queues=("high", "default"), stop_when_empty=True, sleep=0,
-                            unknown_delay=0)  # fmt: skip
+                            unknown_delay=0, claim="all")  # fmt: skip
     Worker(table, options, handlers=registry).run()
     assert ran == [0, 1, 2]
     assert table.size("default") == 0 and table.size("high") == 1
@@ -398,7 +398,7 @@ def test_a_long_running_worker_releases_an_unknown_job_a_bounded_number_of_times
     table: JobTable, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue.dispatch("App\\Jobs\\PhpOnly", {})
-    options = WorkerOptions(sleep=0.2, unknown_delay=0, max_time=2.5)
+    options = WorkerOptions(sleep=0.2, unknown_delay=0, max_time=2.5, claim="all")
     with caplog.at_level(logging.INFO, logger="laravel_bridge.worker"):
         Worker(table, options, handlers=HandlerRegistry()).run()
     releases = [r for r in caplog.records if "no handler for" in r.getMessage()]
@@ -527,7 +527,7 @@ def test_the_safety_net_settles_a_row_the_reader_did_not_foresee(
 
     first = queue.dispatch(GOOD, {"n": 1})
     queue.dispatch(GOOD, {"n": 2})
-    BuggyWorker(table, WorkerOptions(stop_when_empty=True, sleep=0)).run()
+    BuggyWorker(table, WorkerOptions(stop_when_empty=True, sleep=0, claim="all")).run()
     rows = failed_rows(table)
     assert len(rows) == 2 and table.size("default") == 0
     assert (

@@ -303,6 +303,42 @@ class Queries:
 
     # -- Laravel's tables, with Laravel 8.83's rules (Illuminate\Queue\DatabaseQueue) --
 
+    #: How much of a payload the class filter reads: Laravel writes ``uuid``,
+    #: ``displayName``, ``job`` … then ``data.commandName`` first, a few hundred characters.
+    LARAVEL_HEAD = 2048
+
+    @staticmethod
+    def text_position(haystack: Any, needle: Any) -> Any:
+        """The 1-based position of ``needle`` in ``haystack``, 0 when absent."""
+        return sa.func.instr(haystack, needle)
+
+    def laravel_names_claimable(self, payload: Any) -> Any:
+        """The class filter of :attr:`laravel_pop_lock_named`: the payload names a class in
+        ``:names`` (``|``-separated, JSON-escaped as the payload writes them) as its
+        ``displayName`` or ``data.commandName``, or has no ``displayName`` in its head at
+        all (not a Laravel payload: a bad row, settled by whoever claims it)."""
+        head = sa.func.substr(payload, 1, self.LARAVEL_HEAD)
+        names = sa.bindparam("names", type_=sa.String)
+
+        def listed(key: str) -> Any:
+            at = self.text_position(head, sa.literal(key))
+            start = at + len(key)
+            length = self.text_position(sa.func.substr(head, start), sa.literal('"')) - 1
+            value = sa.func.substr(head, start, length)
+            # length > 0 first: substr with a negative length reads backwards (SQLite) or
+            # raises (PostgreSQL), and a value cut off by the head is not a class name.
+            return sa.and_(
+                at > 0,
+                length > 0,
+                self.text_position(names, sa.literal("|", sa.String) + value + "|") > 0,
+            )
+
+        return sa.or_(
+            self.text_position(head, sa.literal('"displayName":"')) == 0,
+            listed('"displayName":"'),
+            listed('"commandName":"'),
+        )
+
     def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
         j = jobs.c
         ready = sa.or_(
@@ -318,6 +354,10 @@ class Queries:
             .order_by(j.id)
             .limit(sa.bindparam("limit"))
             .with_for_update(skip_locked=True)
+        )
+        # The same, for a worker that claims only the classes it has handlers for.
+        self.laravel_pop_lock_named = self.laravel_pop_lock.where(
+            self.laravel_names_claimable(j.payload)
         )
         self.laravel_pop_mark = (
             sa.update(jobs)

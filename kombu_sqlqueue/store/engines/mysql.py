@@ -149,6 +149,12 @@ class MySQLEngine(ServerEngine):
         # value is a bound parameter and no SQL text here holds a backslash.
         cursor = driver.cursor()
         cursor.execute("SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        # Under InnoDB's default REPEATABLE READ a claim's SELECT … FOR UPDATE SKIP LOCKED
+        # keeps a lock on every row it read until commit, matching or not (and gap locks):
+        # the other workers — Laravel's too, SKIP LOCKED as well — then pass over rows this
+        # one only looked at (a claim by class reads past every job of the classes it
+        # leaves alone). READ COMMITTED releases a row the WHERE refused at once.
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         # A statement longer than max_allowed_packet is refused (1153) and the connection
         # dropped. PyMySQL interpolates a payload into the statement's text, escaped: up
         # to twice its size. So a payload may be half the packet, less the statement.

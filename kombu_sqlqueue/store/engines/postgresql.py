@@ -142,6 +142,11 @@ class PostgreSQLQueries(Queries):
             tx.execute(self.job_notify, {"queue": queue})
         return ids
 
+    @staticmethod
+    def text_position(haystack: Any, needle: Any) -> Any:
+        # PostgreSQL has no instr(); strpos() is the same function.
+        return sa.func.strpos(haystack, needle)
+
     def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
         super()._build_laravel(jobs, failed)
         # Bulk insert as ONE parameter, a JSON array of rows: psycopg re-parses the
