@@ -151,6 +151,18 @@ def with_table_options(command: F) -> F:
     "rest to PHP workers; or every job (Laravel's jobs table; contract v1's reserves all).",
 )
 @click.option(
+    "--unique-locks-table",
+    default=None,
+    help="Laravel's database cache store lock table (cache_locks) in this database: release a "
+    "ShouldBeUnique job's lock when Python finishes or fails it, as Laravel does.",
+)
+@click.option(
+    "--cache-prefix",
+    default="laravel_cache",
+    show_default=True,
+    help="Laravel's cache.prefix (the slug of APP_NAME + '_cache'), which lock keys start with.",
+)
+@click.option(
     "--unknown-jobs",
     type=click.Choice(["release", "fail"]),
     default="release",
@@ -197,6 +209,8 @@ def work(
     jobs_table: str,
     failed_table: str,
     claim: str,
+    unique_locks_table: str | None,
+    cache_prefix: str,
     unknown_jobs: str,
     unknown_delay: float,
     max_payload: int,
@@ -227,6 +241,8 @@ def work(
         stop_when_empty=stop_when_empty,
         retry_after=retry_after,
         claim="all" if claim == "all" else "handled",
+        unique_locks=unique_locks_table,
+        cache_prefix=cache_prefix,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
         unknown_delay=unknown_delay,
         max_payload=max_payload,

@@ -30,6 +30,9 @@ from .job import CLOSURE_COMMAND, Job
 
 #: ``on_failure(properties, exception, uuid)``, like a Laravel job's ``failed()``.
 FailureHook = Callable[[dict[str, Any], BaseException, str], Any]
+#: ``unique_id(job)``: a ``ShouldBeUnique`` job's ``uniqueId()``, for a class that computes it
+#: in a method (Python sees properties only: else the ``uniqueId`` property, else "").
+UniqueId = Callable[[Job], Any]
 
 F = TypeVar("F", bound=Callable[[Job], Any])
 
@@ -40,6 +43,7 @@ class Handler:
 
     handle: Callable[[Job], Any]
     on_failure: FailureHook | None = None
+    unique_id: UniqueId | None = None
 
 
 class HandlerRegistry:
@@ -53,9 +57,11 @@ class HandlerRegistry:
         class_name: str,
         handle: Callable[[Job], Any],
         on_failure: FailureHook | None = None,
+        unique_id: UniqueId | None = None,
     ) -> None:
         """Run ``handle(job)`` for jobs of ``class_name`` (``App\\Jobs\\X``, leading ``\\``
-        optional); a second registration of one class is an error."""
+        optional); a second registration of one class is an error. ``unique_id``: see
+        :data:`UniqueId`."""
         name = normalize_class_name(class_name)
         if name == CLOSURE_COMMAND or name.startswith("Closure ("):
             raise LaravelBridgeError(
@@ -64,15 +70,19 @@ class HandlerRegistry:
             )
         if name in self._handlers:
             raise LaravelBridgeError(f"a handler for {name} is already registered")
-        self._handlers[name] = Handler(handle, on_failure)
+        self._handlers[name] = Handler(handle, on_failure, unique_id)
 
     def handles(
-        self, class_name: str, *, on_failure: FailureHook | None = None
+        self,
+        class_name: str,
+        *,
+        on_failure: FailureHook | None = None,
+        unique_id: UniqueId | None = None,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`register`."""
 
         def decorate(fn: F) -> F:
-            self.register(class_name, fn, on_failure)
+            self.register(class_name, fn, on_failure, unique_id)
             return fn
 
         return decorate
@@ -104,13 +114,17 @@ def normalize_class_name(name: str) -> str:
 REGISTRY = HandlerRegistry()
 
 
-def handles(class_name: str, *, on_failure: FailureHook | None = None) -> Callable[[F], F]:
+def handles(
+    class_name: str, *, on_failure: FailureHook | None = None, unique_id: UniqueId | None = None
+) -> Callable[[F], F]:
     """Register the decorated function as the handler of PHP job class ``class_name``.
 
     The function receives a :class:`~laravel_bridge.job.Job`. ``on_failure``
-    is called with ``(properties, exception, uuid)`` when the job fails for good.
+    is called with ``(properties, exception, uuid)`` when the job fails for good;
+    ``unique_id(job)`` gives a ``ShouldBeUnique`` job's ``uniqueId()`` when the PHP class
+    computes it in a method.
     """
-    return REGISTRY.handles(class_name, on_failure=on_failure)
+    return REGISTRY.handles(class_name, on_failure=on_failure, unique_id=unique_id)
 
 
 def load_handlers(module: str) -> None:

@@ -30,6 +30,7 @@ from kombu_sqlqueue.store import (
 from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
+    CacheLocks,
     ExceptionCounter,
     LaravelRow,
     LaravelTableStore,
@@ -130,24 +131,40 @@ class JobTable(Protocol):
         """The shared ``maxExceptions`` counts (created on first use)."""
         ...
 
+    def cache_locks(self, table: str) -> CacheLocks:
+        """Laravel's database cache store's lock table ``table`` in this database (for
+        ``ShouldBeUnique`` locks); opened once, on the same pool."""
+        ...
+
     def close(self) -> None:
         """Close the table's connections."""
         ...
 
 
 class _CounterMixin:
-    #: The job table's database: the counter opens on it (one pool).
-    _database: Database
+    #: The job table's database: the counter and the cache locks open on it (one pool).
+    _database: Database | None = None
     _counter: ExceptionCounts | None = None
+    _locks: CacheLocks | None = None
 
     def exception_counter(self) -> ExceptionCounts:
         if self._counter is None:
+            assert self._database is not None  # the memory store has its own counter
             self._counter = ExceptionCounter(self._database)
         return self._counter
+
+    def cache_locks(self, table: str) -> CacheLocks:
+        if self._database is None:
+            raise LaravelBridgeError("cache locks need a SQL database, not the memory store")
+        if self._locks is None or self._locks.table.name != table:
+            self._locks = CacheLocks(self._database, table)
+        return self._locks
 
     def _close_counter(self) -> None:
         if self._counter is not None:
             self._counter.close()
+        if self._locks is not None:
+            self._locks.close()
 
 
 class LaravelLayout(_CounterMixin):

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
-from typing import Literal
+from typing import Any, Literal
 
 from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
 
@@ -115,6 +115,15 @@ class WorkerOptions:
     #: ``all``, every job (a queue no PHP worker serves: ``unknown_jobs`` then decides).
     #: Contract v1's layout always reserves every job.
     claim: ClaimPolicy = "handled"
+    #: The lock table of Laravel's ``database`` cache store (``cache_locks``) in the queue's
+    #: database: a ``ShouldBeUnique`` job's lock is released there when Python finishes or
+    #: fails the job, as Laravel's ``CallQueuedHandler`` does. None: not released (a job
+    #: that looks unique — ``uniqueFor``/``uniqueId`` properties — is then warned about, once
+    #: per class).
+    unique_locks: str | None = None
+    #: Laravel's ``cache.prefix`` (``laravel_cache`` for an app named Laravel: the slug of
+    #: ``APP_NAME`` + ``_cache``), the start of every lock key in that table.
+    cache_prefix: str = "laravel_cache"
     #: A job whose class has no handler: ``release`` it (attempt refunded) after
     #: ``unknown_delay`` seconds (at least :data:`MIN_UNKNOWN_DELAY`), for another worker
     #: that knows it, or ``fail`` it.
@@ -170,6 +179,20 @@ def storable_text(text: str) -> str:
     return text.replace("\0", "\\x00") if "\0" in text else text
 
 
+def php_string(value: Any) -> str:
+    """``(string) $value`` as PHP writes a scalar into a string: ``true`` "1", ``false`` and
+    ``null`` "", floats as PHP prints them."""
+    if value is None or value is False:
+        return ""
+    if value is True:
+        return "1"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return repr(value).replace("e+", "E+").replace("e-", "E-")
+    return str(value)
+
+
 def _printable(name: str) -> str:
     """A name for a console line: characters a terminal would not show are escaped."""
     if name.isprintable():
@@ -214,6 +237,8 @@ class Worker:
         self._timeout = 0
         #: uuids of jobs this worker released as unknown, oldest first (see _unknown).
         self._released_unknown: dict[str, None] = {}
+        #: Classes already warned about for a unique lock left held (see _release_unique).
+        self._unique_warned: set[str] = set()
 
     # -- the loop -----------------------------------------------------------------
 
@@ -455,6 +480,7 @@ class Worker:
             return
         if self._settled(done, "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
+            self._release_unique(parsed, handler)
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
 
@@ -473,6 +499,7 @@ class Worker:
             self._fail(job, parsed, exc, handler)
         elif self._settled(self.table.delete(job), "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
+            self._release_unique(parsed, handler)
 
     def _settle_done(self, job: ReservedJob, then: list[PushJob]) -> bool:
         """Delete a finished job; when the loop goes on, reserve the next one in the same
@@ -616,11 +643,62 @@ class Worker:
             return
         self._line(job, "Failed", parsed.name)
         logger.warning("%s (job %s) failed: %s", parsed.name, job.id, exc)
+        self._release_unique(parsed, handler)
         if handler is not None and handler.on_failure is not None:
             try:
                 handler.on_failure(parsed.properties, exc, parsed.uuid)
             except Exception:  # an observer never changes the outcome
                 logger.exception("the failure hook of %s raised", parsed.name)
+
+    def _release_unique(self, parsed: Job, handler: Handler | None) -> None:
+        """``CallQueuedHandler::ensureUniqueJobLockIsReleased`` after a job is done or failed:
+        force-release ``<cache prefix>laravel_unique_job:<class><uniqueId>``.
+
+        Python cannot see which interfaces the PHP class implements, so the lock is released
+        when one is held under the job's key (a job that is not unique has none), and a job
+        whose command has ``uniqueFor``/``uniqueId`` properties but no lock here is warned
+        about once per class: its lock is elsewhere (``uniqueVia()``, another cache store)
+        or no lock table is configured. ``ShouldBeUniqueUntilProcessing`` locks, which
+        Laravel releases as the job starts, are released here when it ends.
+        """
+        command = parsed.command
+        if parsed.kind != "job" or command is None:
+            return  # Laravel's wrappers are never unique themselves
+        looks_unique = "uniqueFor" in command.obj or "uniqueId" in command.obj
+        if handler is not None and handler.unique_id is not None:
+            unique_id: Any = handler.unique_id(parsed)
+            looks_unique = True
+        else:
+            unique_id = command.obj.get("uniqueId")
+        key = f"laravel_unique_job:{command.class_name}{php_string(unique_id)}"
+        table = self.options.unique_locks
+        released = False
+        if table is not None:
+            try:
+                released = self.table.cache_locks(table).force_release(
+                    self.options.cache_prefix + key
+                )
+            except (SqlQueueError, LaravelBridgeError) as exc:
+                self._warn_unique(
+                    command.class_name, f"could not release unique lock {key!r} in {table}: {exc}"
+                )
+                return
+        if looks_unique and not released:
+            where = (
+                f"no lock {self.options.cache_prefix + key!r} was held in {table}: if the class "
+                "uses uniqueVia() or another cache store, Python cannot release it"
+                if table is not None
+                else f"its unique lock {key!r} is not released by Python: pass "
+                "--unique-locks-table (Laravel's database cache store's cache_locks)"
+            )
+            self._warn_unique(
+                command.class_name, f"{parsed.name} looks unique (ShouldBeUnique); {where}"
+            )
+
+    def _warn_unique(self, class_name: str, message: str) -> None:
+        if class_name not in self._unique_warned:
+            self._unique_warned.add(class_name)
+            logger.warning("%s", message)
 
     def _fail_malformed(self, job: ReservedJob, exc: MalformedJob) -> None:
         """Move an unreadable job to the failed table as stored; it keeps the payload's

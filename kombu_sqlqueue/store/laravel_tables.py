@@ -51,6 +51,7 @@ from .schema import (
 
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
+    "CacheLocks",
     "ExceptionCounter",
     "LaravelRow",
     "LaravelTableStore",
@@ -387,3 +388,48 @@ class ExceptionCounter(TableStore):
         """Drop the count of job ``uuid`` (it failed, or it is done)."""
         if self._ready:  # never counted: no table to forget from
             self._run(lambda tx: tx.execute(self._forget, {"id": uuid}), single=True)
+
+
+class CacheLocks(TableStore):
+    """The lock table of Laravel's ``database`` cache store (``cache_locks``: key, owner,
+    expiration; ``php artisan cache:table`` creates it), for the one thing a worker does
+    with it: ``DatabaseLock::forceRelease``, which Laravel's ``CallQueuedHandler`` calls on
+    a ``ShouldBeUnique`` job's lock once the job is done or failed. Open it on the job
+    table's :class:`Database` (one pool) or on the cache connection's URL.
+    """
+
+    def __init__(
+        self,
+        database: str | Database,
+        table: str = "cache_locks",
+        options: StoreOptions | None = None,
+    ) -> None:
+        if not table or not table.replace("_", "").isalnum():
+            raise ConfigurationError(
+                f"table name {table!r} must be letters, digits and underscores"
+            )
+        super().__init__(database, options)
+        self.table = sa.Table(
+            table,
+            sa.MetaData(),
+            sa.Column("key", sa.String(255), primary_key=True),
+            sa.Column("owner", sa.String(255), nullable=False),
+            sa.Column("expiration", sa.Integer, nullable=False),
+        )
+        self._release = sa.delete(self.table).where(self.table.c.key == sa.bindparam("key"))
+
+    def table_specs(self) -> Sequence[TableSpec]:
+        hint = "Laravel's `php artisan cache:table` migration creates it"
+        return (TableSpec(self.table.name, tuple(col.name for col in self.table.columns), hint),)
+
+    def create_schema(self) -> None:
+        """Create the table as Laravel's migration would, if absent (tests; apps migrate)."""
+        self._exec.run_schema(lambda conn: self.table.metadata.create_all(conn, checkfirst=True))
+        self.verify_schema()
+
+    def force_release(self, key: str) -> bool:
+        """Delete the lock ``key`` (the cache prefix included), whoever owns it; True if one
+        was held."""
+        return bool(
+            self._run(lambda tx: tx.execute(self._release, {"key": key}).rowcount == 1, single=True)
+        )

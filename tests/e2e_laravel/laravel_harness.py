@@ -186,6 +186,13 @@ class LaravelQueueHarness:
         all). Per case: ``{"case", "id", "uuid", "queue", "payload"}``."""
         return {row["case"]: row for row in self.json_lines("queue-things", *cases, with_key=True)}
 
+    def dispatch_unique(self, class_name: str, arg: str) -> bool:
+        """``dispatch(new App\\Things\\<class_name>(arg))`` of a ``ShouldBeUnique`` job with the
+        database cache store (lock in ``cache_locks``); True if it was queued, False if
+        Laravel dropped it because its unique lock is held."""
+        row = self.json_lines("dispatch-unique", class_name, arg, with_key=True)[0]
+        return bool(row["dispatched"])
+
     def work_args(
         self,
         *,

@@ -21,6 +21,9 @@
 //   failed   CONN                      failed_jobs as `queue:failed` lists them, one JSON line each
 //   push-raw CONN QUEUE                pushRaw() the payload read on stdin; prints {"id": N}
 //   info     CONN                      {"driver","server_version","lock_for_popping"}
+//   dispatch-unique CONN APP_KEY CLASS ARG  dispatch(new App\Things\CLASS(ARG)) with the database
+//                                      cache store (cache_locks, prefix laravel_cache), as an
+//                                      app whose CACHE_DRIVER=database; {dispatched, id}
 //   queue-things CONN APP_KEY [CASE …]  what a Laravel app queues besides jobs, through Laravel's
 //                                      own calls: listener (event()), mailable (Mail::to()->queue),
 //                                      notification ($user->notify()), closure (dispatch(fn)); one
@@ -241,6 +244,19 @@ function migrate(): void
             $table->timestamp('failed_at')->useCurrent();
         });
     }
+    // Laravel 8.83's Illuminate/Cache/Console/stubs/cache.stub (the database cache store).
+    if (! $schema->hasTable('cache')) {
+        $schema->create('cache', function ($table) {
+            $table->string('key')->primary();
+            $table->mediumText('value');
+            $table->integer('expiration');
+        });
+        $schema->create('cache_locks', function ($table) {
+            $table->string('key')->primary();
+            $table->string('owner');
+            $table->integer('expiration');
+        });
+    }
     // The users table harness.php makes (for SerializesModels cases).
     if (! $schema->hasTable('users')) {
         $schema->create('users', function ($table) {
@@ -427,6 +443,20 @@ function failed(Container $container): void
     }
 }
 
+/** dispatch() of a ShouldBeUnique job: PendingDispatch takes the unique lock in the database
+ * cache store (config/cache.php's 'database' store: table cache, lock table cache_locks). */
+function dispatch_unique(Container $container, string $class, string $arg): void
+{
+    $store = new Illuminate\Cache\DatabaseStore($container['db']->connection('default'), 'cache',
+        'laravel_cache', 'cache_locks');
+    $container->instance(Illuminate\Contracts\Cache\Repository::class, new CacheRepository($store));
+    $before = (int) DB::table('jobs')->max('id');
+    $name = "App\\Things\\{$class}";
+    dispatch(new $name(is_numeric($arg) ? (int) $arg : $arg));  // PendingDispatch::__destruct
+    $row = DB::table('jobs')->where('id', '>', $before)->first();
+    out(['dispatched' => $row !== null, 'id' => $row ? (int) $row->id : null]);
+}
+
 /** dispatch(function () { … }): alone on its line, as the closure serializer finds a closure
  * by the line it starts on. */
 function dispatch_closure(): void
@@ -505,6 +535,10 @@ switch ($cmd) {
         break;
     case 'info':
         info(boot($conn));
+        break;
+    case 'dispatch-unique':
+        dispatch_unique(boot($conn, $argv[3] ?? fail_usage('dispatch-unique CONN APP_KEY CLASS ARG')),
+            $argv[4] ?? fail_usage('CLASS'), $argv[5] ?? fail_usage('ARG'));
         break;
     case 'queue-things':
         queue_things(boot($conn, $argv[3] ?? fail_usage('queue-things CONN APP_KEY [CASE …]')),

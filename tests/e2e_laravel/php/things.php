@@ -92,3 +92,30 @@ class LogChannel
             'to' => $notifiable->routeNotificationFor('log'), 'text' => $notification->toLog($notifiable)]);
     }
 }
+
+/** app/Jobs/BuildReport.php: unique by a uniqueId() method (Python cannot call it). */
+class BuildReport implements ShouldQueue, \Illuminate\Contracts\Queue\ShouldBeUnique
+{
+    use \Illuminate\Foundation\Bus\Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public $uniqueFor = 3600;
+
+    public function __construct(public int $reportId) {}
+
+    public function uniqueId() { return $this->reportId; }
+
+    public function handle() { record_thing(['class' => self::class, 'reportId' => $this->reportId]); }
+}
+
+/** Unique by a uniqueId property. */
+class ExportOrders implements ShouldQueue, \Illuminate\Contracts\Queue\ShouldBeUnique
+{
+    use \Illuminate\Foundation\Bus\Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public $uniqueFor = 3600;
+    public $uniqueId;
+
+    public function __construct(public string $month) { $this->uniqueId = "orders-{$month}"; }
+
+    public function handle() { record_thing(['class' => self::class, 'month' => $this->month]); }
+}
