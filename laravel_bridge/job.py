@@ -25,7 +25,7 @@ from .payload import (
     DEFAULT_QUEUE,
     MAX_COMMAND_DEPTH,
     MAX_PAYLOAD_BYTES,
-    QUEUEABLE_PROPERTIES,
+    PLUMBING,
     JobCommand,
     Payload,
     date_from_php,
@@ -126,6 +126,15 @@ class Job:
     def channels(self) -> list[str] | None:
         """The channels a notification goes to (None: the notification's ``via()``)."""
         return self.arguments[2] if self.kind == "notification" else None
+
+    @property
+    def batch_id(self) -> str | None:
+        """The ``Bus::batch`` this job belongs to: the payload's ``data.batchId`` (Laravel
+        12+), else the command's ``batchId`` (``Batchable``); None outside a batch."""
+        found = self.payload.batch_id
+        if not isinstance(found, str) and self.command is not None:
+            found = self.command.obj.get("batchId")
+        return found if isinstance(found, str) and found else None
 
     @property
     def handler_names(self) -> tuple[str, ...]:
@@ -258,7 +267,7 @@ def _object(obj: PhpObject, name: str) -> PhpObject:
 
 
 def _own_properties(obj: PhpObject) -> dict[str, Any]:
-    return {k: v for k, v in obj.plain().items() if k not in QUEUEABLE_PROPERTIES}
+    return {k: v for k, v in obj.plain().items() if k not in PLUMBING}
 
 
 def _uuid_problem(uuid: object) -> str | None:

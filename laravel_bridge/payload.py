@@ -54,6 +54,12 @@ QUEUEABLE_PROPERTIES = (
     "middleware",
     "chained",
 )
+#: Queueable properties newer Laravel versions add (12.x: ``messageGroup``, ``deduplicator``;
+#: 13.x: ``debounceOwner``, ``uniqueLockOwner``), and ``Batchable``'s ``batchId``: plumbing,
+#: not the job's own properties, when a payload of those versions is read.
+NEWER_PLUMBING = ("messageGroup", "deduplicator", "debounceOwner", "uniqueLockOwner", "batchId")
+#: What :attr:`JobCommand.properties` leaves out.
+PLUMBING = frozenset((*QUEUEABLE_PROPERTIES, *NEWER_PLUMBING, "job"))
 MODEL_IDENTIFIER = "Illuminate\\Contracts\\Database\\ModelIdentifier"
 CARBON_CLASSES = (
     "Carbon\\Carbon",
@@ -105,6 +111,9 @@ class ModelIdentifier:
     id: Any
     relations: tuple[str, ...] = ()
     connection: str | None = None
+    #: Laravel 12+: the collection's class when it is not Eloquent's own (a model's
+    #: ``newCollection()``); written back only when set (Laravel 8 has no such property).
+    collection_class: str | None = None
 
     @classmethod
     def from_php(cls, obj: PhpObject) -> ModelIdentifier:
@@ -113,18 +122,25 @@ class ModelIdentifier:
             relations = list(relations.values())
         if not isinstance(relations, list):
             raise PayloadError(f"a ModelIdentifier's relations are a {type(relations).__name__}")
-        return cls(obj.get("class"), obj.get("id"), tuple(relations), obj.get("connection"))
+        collection = obj.get("collectionClass")
+        return cls(
+            obj.get("class"),
+            obj.get("id"),
+            tuple(relations),
+            obj.get("connection"),
+            collection if isinstance(collection, str) else None,
+        )
 
     def to_php(self) -> PhpObject:
-        return PhpObject(
-            MODEL_IDENTIFIER,
-            {
-                "class": self.class_name,
-                "id": self.id,
-                "relations": list(self.relations),
-                "connection": self.connection,
-            },
-        )
+        props: dict[str | int, Any] = {
+            "class": self.class_name,
+            "id": self.id,
+            "relations": list(self.relations),
+            "connection": self.connection,
+        }
+        if self.collection_class is not None:
+            props["collectionClass"] = self.collection_class
+        return PhpObject(MODEL_IDENTIFIER, props)
 
 
 def _zone(kind: int, name: str) -> tzinfo:
@@ -338,16 +354,18 @@ class JobCommand:
 
     @property
     def properties(self) -> dict[str, Any]:
-        """The job's own properties by plain name as Python values (Queueable ones excluded)."""
+        """The job's own properties by plain name as Python values (Queueable's, Batchable's
+        and InteractsWithQueue's excluded, those of Laravel 12 and 13 too)."""
         return {
             name: to_python(value)
             for name, value in self.obj.plain().items()
-            if name not in QUEUEABLE_PROPERTIES and name != "job"
+            if name not in PLUMBING
         }
 
     def queueable(self, name: str) -> Any:
-        """One of Laravel's Queueable properties (``queue``, ``delay``, ``chained`` …)."""
-        if name not in QUEUEABLE_PROPERTIES:
+        """One of Laravel's Queueable properties (``queue``, ``delay``, ``chained`` …, and
+        the newer versions' ``messageGroup`` …, ``batchId``)."""
+        if name not in PLUMBING or name == "job":
             raise KeyError(f"{name!r} is not a Queueable property")
         return to_python(self.obj.get(name))
 
@@ -548,8 +566,13 @@ class Payload:
 
     @property
     def backoff(self) -> list[int]:
-        """Seconds to wait before each retry (Laravel writes ``"7"`` or ``"1,5,10"``)."""
+        """Seconds to wait before each retry (Laravel writes ``"7"`` or ``"1,5,10"``).
+
+        As ``Job::backoff()``: the payload's ``backoff``, else its ``delay`` (the dispatch
+        delay, which Laravel 12+ writes: a ``->delay(30)`` job is retried after 30 s)."""
         raw = self.data.get("backoff")
+        if raw is None:
+            raw = self.data.get("delay")
         if raw is None or raw == "":
             return []
         if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
@@ -577,7 +600,15 @@ class Payload:
 
     @property
     def created_at(self) -> int | None:
-        return self.data.get("createdAt")
+        """When the job was dispatched (unix seconds; Laravel 11+ writes it)."""
+        value = self.data.get("createdAt")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def delete_when_missing_models(self) -> bool:
+        """Laravel 13's payload key (earlier: the class's property, which Python cannot see).
+        Python never reloads models, so never meets a missing one; read for completeness."""
+        return self.data.get("deleteWhenMissingModels") is True
 
     @property
     def is_encrypted(self) -> bool:
