@@ -76,6 +76,12 @@ class JobTable(Protocol):
 
     layout: Layout
 
+    @property
+    def attempts_limit(self) -> int:
+        """The most attempts a row can record (Laravel's column: 255 in 8-12's TINYINT on
+        MySQL, 65535 in 13's SMALLINT; 255 on contract v1's layout, as its rows say)."""
+        ...
+
     def push(self, job: PushJob) -> int:
         """Store one job; return its id."""
         ...
@@ -185,6 +191,11 @@ class LaravelLayout(_CounterMixin):
         )
         self._database = self.store.database
 
+    @property
+    def attempts_limit(self) -> int:
+        self.store.ensure_ready()
+        return self.store.attempts_limit
+
     def push(self, job: PushJob) -> int:
         return self.store.push(job.queue, job.payload, job.delay)
 
@@ -251,6 +262,8 @@ class AskrLayout(_CounterMixin):
             self._database = self.store.database
         elif isinstance(self.store, MemoryJobStore):  # no database: counts kept beside the jobs
             self._counter = MemoryExceptionCounter(self.store)
+
+    attempts_limit = MAX_LARAVEL_ATTEMPTS  # the max_attempts its rows are stamped with
 
     @staticmethod
     def _new(job: PushJob) -> NewJob:

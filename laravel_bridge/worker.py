@@ -55,7 +55,7 @@ from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, chain_successor, parse_job
 from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
-from .tables import MAX_LARAVEL_ATTEMPTS, JobTable, PushJob, ReservedJob
+from .tables import JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,8 @@ class WorkerOptions:
     #: that knows it, or ``fail`` it.
     unknown_jobs: UnknownJobPolicy = "release"
     unknown_delay: float = 60.0
-    #: Fail any job whose attempts pass this, retryUntil or not (Laravel's column limit).
+    #: Fail a job it runs whose attempts pass this, retryUntil or not; never more than the
+    #: table's attempts column holds (0: that limit).
     attempts_cap: int = 255
     #: The largest payload read, in bytes; a larger row is failed as malformed.
     max_payload: int = MAX_PAYLOAD_BYTES
@@ -410,13 +411,15 @@ class Worker:
             return True
         self._line(job, "Processing", parsed.name)
         handler = self._handler_for(parsed)
+        if handler is None:
+            # Not this worker's to run, nor to judge: its tries are the business of the
+            # worker that knows the class (Laravel 13's column holds 65535 attempts).
+            return self._unknown(job, parsed)
         try:
             self._fail_if_already_exceeded(job, parsed)
         except MaxAttemptsExceeded as exc:
             self._fail(job, parsed, exc, handler)
             return True
-        if handler is None:
-            return self._unknown(job, parsed)
         self._run_handler(job, parsed, handler)
         return True
 
@@ -583,8 +586,8 @@ class Worker:
 
     @property
     def _attempts_cap(self) -> int:
-        cap = self.options.attempts_cap or MAX_LARAVEL_ATTEMPTS
-        return min(cap, MAX_LARAVEL_ATTEMPTS) if self.table.layout == "laravel" else cap
+        limit = self.table.attempts_limit
+        return min(self.options.attempts_cap or limit, limit)
 
     def _cap_reached(self, parsed: Job) -> MaxAttemptsExceeded:
         return MaxAttemptsExceeded(

@@ -65,6 +65,22 @@ PUSH_CHUNK = 1000
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 
 
+def integer_limit(column_type: Any) -> int:
+    """The largest value an integer column of ``column_type`` (as reflected) holds: Laravel's
+    ``unsignedTinyInteger`` is a MySQL ``TINYINT UNSIGNED`` (255) but a PostgreSQL
+    ``SMALLINT``; Laravel 13's ``unsignedSmallInteger`` a MySQL ``SMALLINT UNSIGNED`` (65535).
+    Anything else, or unknown: 255, the limit every Laravel version's column holds."""
+    name = type(column_type).__name__.upper() if column_type is not None else ""
+    unsigned = bool(getattr(column_type, "unsigned", False))
+    bits = {"TINYINT": 8, "SMALLINT": 16, "MEDIUMINT": 24, "INTEGER": 32, "INT": 32}.get(name)
+    if name == "BIGINT":
+        bits = 64
+    if bits is None:
+        return MAX_LARAVEL_ATTEMPTS
+    # Kept to what a 32-bit int and Laravel's own code handle.
+    return int(min(2 ** (bits if unsigned else bits - 1) - 1, 2**31 - 1))
+
+
 def class_filter(classes: Collection[str]) -> str:
     """The ``:names`` parameter of ``laravel_pop_lock_named``: the class names as a Laravel
     payload's JSON writes them (``\\`` doubled, ``/`` as ``\\/``, UTF-8 raw), between
@@ -115,10 +131,21 @@ class LaravelTableStore(TableStore):
         self.q = self.engine.queries(jobs_table, failed_table)
         self.jobs_table, self.failed_table = self.q.laravel_jobs, self.q.laravel_failed
 
+    #: The largest ``attempts`` the jobs table's column holds, read from the table when it is
+    #: made ready (255 until then, what Laravel 8-12's TINYINT holds on MySQL).
+    attempts_limit: int = MAX_LARAVEL_ATTEMPTS
+
     # -- schema -------------------------------------------------------------------
 
     def table_specs(self) -> Sequence[TableSpec]:
         return laravel_table_specs(self.jobs_table, self.failed_table)
+
+    def verify_schema(self) -> None:
+        super().verify_schema()
+        with self._exec.sa_errors(), self._db.connect() as conn:
+            columns = sa.inspect(conn).get_columns(self.jobs_table.name)
+        found = next((c["type"] for c in columns if c["name"] == "attempts"), None)
+        self.attempts_limit = integer_limit(found)
 
     def create_schema(self) -> None:
         """Create ``jobs`` and ``failed_jobs`` if absent (idempotent, safe across processes)."""
@@ -191,8 +218,9 @@ class LaravelTableStore(TableStore):
             return None
         job_id, attempts, *stored = found
         now = params["now"]
-        tx.execute(self.q.laravel_pop_mark, {"job_id": job_id, "now": now})
-        held = min(int(attempts) + 1, MAX_LARAVEL_ATTEMPTS)
+        cap = self.attempts_limit
+        tx.execute(self.q.laravel_pop_mark, {"job_id": job_id, "now": now, "cap": cap})
+        held = min(int(attempts) + 1, cap)
         return LaravelRow(
             int(job_id), params["queue"], self.q.laravel_stored_payload(stored), held, now
         )

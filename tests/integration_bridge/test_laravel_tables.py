@@ -264,3 +264,46 @@ def test_a_pop_by_class_reads_only_the_payloads_head(lstore: LaravelTableStore) 
     assert lstore.pop("q", 90, [long_name[:1500]]) is None
     row = lstore.pop("q", 90, ["App\\Jobs\\Big"])
     assert row is not None and row.id == big
+
+
+def test_laravel_13s_smallint_attempts_are_kept_past_255(db_url: str, engine_name: str) -> None:
+    """Laravel 13's jobs.stub has ``unsignedSmallInteger('attempts')``: a row at 300 is
+    reserved as attempt 301 and handed back at 300, never clamped to 8-12's 255."""
+    first = LaravelTableStore(db_url)
+    first.push("q", "x")  # creates Laravel 8's tables
+    first.close()
+    if engine_name == "mysql":  # TINYINT UNSIGNED there; PostgreSQL and SQLite hold more
+        engine = sql_engine(db_url)
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE jobs MODIFY attempts SMALLINT UNSIGNED NOT NULL"))
+        engine.dispose()
+    store = LaravelTableStore(db_url)
+    store.clock = lambda: NOW
+    try:
+        job_id = store.push("q", "y", attempts=300)
+        assert (
+            store.attempts_limit >= 65535 if engine_name == "mysql" else store.attempts_limit > 300
+        )
+        store.pop("q", 90)  # the first row
+        row = store.pop("q", 90)
+        assert row is not None and (row.id, row.attempts) == (job_id, 301)
+        assert {r["id"]: r["attempts"] for r in rows(db_url)}[job_id] == 301
+        assert store.release(row, 0, attempts=300)
+        assert [r["attempts"] for r in rows(db_url) if r["payload"] == "y"] == [300]
+    finally:
+        store.close()
+
+
+def test_laravel_8s_tinyint_attempts_stay_at_255_on_mysql(db_url: str, engine_name: str) -> None:
+    store = LaravelTableStore(db_url)
+    store.clock = lambda: NOW
+    try:
+        job_id = store.push("q", "z", attempts=255)
+        row = store.pop("q", 90)
+        assert row is not None and row.id == job_id
+        if engine_name == "mysql":
+            assert store.attempts_limit == 255 and row.attempts == 255
+        else:  # Laravel's tinyInteger is a SMALLINT on PostgreSQL, an INTEGER on SQLite
+            assert store.attempts_limit >= 32767 and row.attempts == 256
+    finally:
+        store.close()

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from ...exceptions import ConfigurationError, StoreConditionError
-from ..schema import MAX_LARAVEL_ATTEMPTS, build_metadata, laravel_tables
+from ..schema import build_metadata, laravel_tables
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -362,13 +362,14 @@ class Queries:
         self.laravel_pop_mark = (
             sa.update(jobs)
             .where(j.id == sa.bindparam("job_id"))
-            # A TINYINT holds 255: a row Laravel left there stays there (not an error that
-            # would block every later pop of the queue).
+            # :cap is what the attempts column holds (255 in Laravel 8-12's TINYINT on
+            # MySQL, 65535 in 13's SMALLINT): a row Laravel left there stays there (not an
+            # error that would block every later pop of the queue).
             .values(
                 reserved_at=sa.bindparam("now"),
                 attempts=sa.case(
-                    (j.attempts < MAX_LARAVEL_ATTEMPTS, j.attempts + 1),
-                    else_=MAX_LARAVEL_ATTEMPTS,
+                    (j.attempts < sa.bindparam("cap"), j.attempts + 1),
+                    else_=sa.bindparam("cap"),
                 ),
             )
         )
