@@ -151,6 +151,13 @@ def with_table_options(command: F) -> F:
     "rest to PHP workers; or every job (Laravel's jobs table; contract v1's reserves all).",
 )
 @click.option(
+    "--attempts-cap",
+    default=255,
+    show_default=True,
+    help="Fail a job this worker runs once its attempts pass this, whatever its retryUntil "
+    "(never more than the jobs table's attempts column holds; 0: that limit).",
+)
+@click.option(
     "--unique-locks-table",
     default=None,
     help="Laravel's database cache store lock table (cache_locks) in this database: release a "
@@ -209,6 +216,7 @@ def work(
     jobs_table: str,
     failed_table: str,
     claim: str,
+    attempts_cap: int,
     unique_locks_table: str | None,
     cache_prefix: str,
     unknown_jobs: str,
@@ -241,6 +249,7 @@ def work(
         stop_when_empty=stop_when_empty,
         retry_after=retry_after,
         claim="all" if claim == "all" else "handled",
+        attempts_cap=attempts_cap,
         unique_locks=unique_locks_table,
         cache_prefix=cache_prefix,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
