@@ -158,6 +158,13 @@ def with_table_options(command: F) -> F:
     "(never more than the jobs table's attempts column holds; 0: that limit).",
 )
 @click.option(
+    "--batches-table",
+    default="job_batches",
+    show_default=True,
+    help="Laravel's job_batches table (queue.batching.table): batched jobs are recorded there "
+    "and their batch's callbacks handed to PHP; '' to leave batches alone.",
+)
+@click.option(
     "--unique-locks-table",
     default=None,
     help="Laravel's database cache store lock table (cache_locks) in this database: release a "
@@ -217,6 +224,7 @@ def work(
     failed_table: str,
     claim: str,
     attempts_cap: int,
+    batches_table: str,
     unique_locks_table: str | None,
     cache_prefix: str,
     unknown_jobs: str,
@@ -250,6 +258,7 @@ def work(
         retry_after=retry_after,
         claim="all" if claim == "all" else "handled",
         attempts_cap=attempts_cap,
+        batches_table=batches_table or None,
         unique_locks=unique_locks_table,
         cache_prefix=cache_prefix,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",

@@ -30,8 +30,10 @@ from kombu_sqlqueue.store import (
 from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
+    BatchCounts,
     CacheLocks,
     ExceptionCounter,
+    JobBatches,
     LaravelRow,
     LaravelTableStore,
 )
@@ -39,7 +41,15 @@ from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, 
 
 from .exceptions import LaravelBridgeError
 
-__all__ = ["MAX_LARAVEL_ATTEMPTS", "JobTable", "PushJob", "ReservedJob", "open_table"]
+__all__ = [
+    "MAX_LARAVEL_ATTEMPTS",
+    "BatchCounts",
+    "JobBatches",
+    "JobTable",
+    "PushJob",
+    "ReservedJob",
+    "open_table",
+]
 
 Layout = Literal["laravel", "askr"]
 LAYOUTS: tuple[Layout, ...] = ("laravel", "askr")
@@ -142,6 +152,11 @@ class JobTable(Protocol):
         ``ShouldBeUnique`` locks); opened once, on the same pool."""
         ...
 
+    def job_batches(self, table: str) -> JobBatches:
+        """Laravel's ``job_batches`` table ``table`` in this database (``Bus::batch``);
+        opened once, on the same pool."""
+        ...
+
     def close(self) -> None:
         """Close the table's connections."""
         ...
@@ -152,6 +167,7 @@ class _CounterMixin:
     _database: Database | None = None
     _counter: ExceptionCounts | None = None
     _locks: CacheLocks | None = None
+    _batches: JobBatches | None = None
 
     def exception_counter(self) -> ExceptionCounts:
         if self._counter is None:
@@ -166,11 +182,17 @@ class _CounterMixin:
             self._locks = CacheLocks(self._database, table)
         return self._locks
 
+    def job_batches(self, table: str) -> JobBatches:
+        if self._database is None:
+            raise LaravelBridgeError("job batches need a SQL database, not the memory store")
+        if self._batches is None or self._batches.table.name != table:
+            self._batches = JobBatches(self._database, table)
+        return self._batches
+
     def _close_counter(self) -> None:
-        if self._counter is not None:
-            self._counter.close()
-        if self._locks is not None:
-            self._locks.close()
+        for store in (self._counter, self._locks, self._batches):
+            if store is not None:
+                store.close()
 
 
 class LaravelLayout(_CounterMixin):

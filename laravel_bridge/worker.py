@@ -50,12 +50,13 @@ from typing import Any, Literal
 
 from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
 
+from .batches import BatchOptions, callbacks_job
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, chain_successor, parse_job
 from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
-from .tables import JobTable, PushJob, ReservedJob
+from .tables import JobBatches, JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,12 @@ class WorkerOptions:
     #: ``all``, every job (a queue no PHP worker serves: ``unknown_jobs`` then decides).
     #: Contract v1's layout always reserves every job.
     claim: ClaimPolicy = "handled"
+    #: Laravel's ``job_batches`` table (``queue.batching.table``) in the queue's database: a
+    #: batched job Python runs, skips (its batch was cancelled) or fails is recorded there as
+    #: Laravel's ``DatabaseBatchRepository`` would, and the batch's then/catch/finally
+    #: callbacks are handed to PHP as a queued closure (see :mod:`laravel_bridge.batches`).
+    #: None: batches are not recorded (a batched job is then warned about once per batch).
+    batches_table: str | None = "job_batches"
     #: The lock table of Laravel's ``database`` cache store (``cache_locks``) in the queue's
     #: database: a ``ShouldBeUnique`` job's lock is released there when Python finishes or
     #: fails the job, as Laravel's ``CallQueuedHandler`` does. None: not released (a job
@@ -240,6 +247,8 @@ class Worker:
         self._released_unknown: dict[str, None] = {}
         #: Classes already warned about for a unique lock left held (see _release_unique).
         self._unique_warned: set[str] = set()
+        #: Batches already warned about (not recorded, callbacks not handed over).
+        self._batch_warned: set[str] = set()
 
     # -- the loop -----------------------------------------------------------------
 
@@ -435,6 +444,12 @@ class Worker:
         return None
 
     def _run_handler(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
+        if self._batch_cancelled(parsed):
+            # What a batched job does first (`if ($this->batch()->cancelled()) return;`,
+            # Laravel's docs; SkipIfBatchCancelled since 10.x): done, without running.
+            logger.info("%s (job %s): its batch was cancelled, skipped", parsed.name, job.id)
+            self._after_success(job, parsed, handler)
+            return
         timeout = (
             parsed.payload.timeout if parsed.payload.timeout is not None else (self.options.timeout)
         )
@@ -484,6 +499,7 @@ class Worker:
         if self._settled(done, "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
             self._release_unique(parsed, handler)
+            self._record_batch(job, parsed, None)
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
 
@@ -503,6 +519,7 @@ class Worker:
         elif self._settled(self.table.delete(job), "delete", job, parsed):
             self._line(job, "Processed", parsed.name)
             self._release_unique(parsed, handler)
+            self._record_batch(job, parsed, None)
 
     def _settle_done(self, job: ReservedJob, then: list[PushJob]) -> bool:
         """Delete a finished job; when the loop goes on, reserve the next one in the same
@@ -647,6 +664,7 @@ class Worker:
         self._line(job, "Failed", parsed.name)
         logger.warning("%s (job %s) failed: %s", parsed.name, job.id, exc)
         self._release_unique(parsed, handler)
+        self._record_batch(job, parsed, exc)
         if handler is not None and handler.on_failure is not None:
             try:
                 handler.on_failure(parsed.properties, exc, parsed.uuid)
@@ -697,6 +715,92 @@ class Worker:
             self._warn_unique(
                 command.class_name, f"{parsed.name} looks unique (ShouldBeUnique); {where}"
             )
+
+    def _batches(self, parsed: Job) -> JobBatches | None:
+        batch_id = parsed.batch_id
+        table = self.options.batches_table
+        if batch_id is None:
+            return None
+        if table is None:
+            self._warn_batch(batch_id, f"{parsed.name} belongs to batch {batch_id}, which this "
+                             "worker does not record (no batches table): its counts and "
+                             "callbacks are left as they are")  # fmt: skip
+            return None
+        try:
+            return self.table.job_batches(table)
+        except LaravelBridgeError as exc:
+            self._warn_batch(batch_id, f"cannot record batch {batch_id}: {exc}")
+            return None
+
+    def _batch_cancelled(self, parsed: Job) -> bool:
+        batches = self._batches(parsed)
+        if batches is None or parsed.batch_id is None:
+            return False
+        try:
+            row = batches.find(parsed.batch_id)
+        except SqlQueueError as exc:
+            self._warn_batch(parsed.batch_id, f"cannot read batch {parsed.batch_id}: {exc}")
+            return False
+        return row is not None and row.get("cancelled_at") is not None
+
+    def _record_batch(self, job: ReservedJob, parsed: Job, exc: BaseException | None) -> None:
+        """``CallQueuedHandler::ensureSuccessfulBatchJobIsRecorded`` / ``failed()``'s
+        ``ensureFailedBatchJobIsRecorded``: the counts as ``Batch::recordSuccessfulJob`` /
+        ``recordFailedJob`` write them, and the callbacks those would call, handed to PHP."""
+        batches = self._batches(parsed)
+        batch_id = parsed.batch_id
+        if batches is None or batch_id is None:
+            return
+        try:
+            row = batches.find(batch_id)
+            if row is None:
+                return  # pruned or never stored: Laravel's find() returns null too
+            options = BatchOptions.parse(row.get("options"))
+            counts = batches.record(
+                batch_id, parsed.uuid, succeeded=exc is None, allow_failures=options.allow_failures
+            )
+        except (SqlQueueError, LaravelBridgeError) as error:
+            self._warn_batch(
+                batch_id, f"could not record {parsed.name} in batch {batch_id}: {error}"
+            )
+            return
+        if counts is None:
+            return
+        kinds: list[str] = []
+        if exc is None and counts.pending_jobs == 0 and options.has("then"):
+            kinds.append("then")
+        if exc is not None and counts.failed_jobs == 1 and options.has("catch"):
+            kinds.append("catch")
+        if counts.all_ran_once and options.has("finally"):
+            kinds.append("finally")
+        if not kinds:
+            return
+        if self.encrypter is None:
+            self._warn_batch(batch_id, f"batch {batch_id}'s {'/'.join(kinds)} callbacks did not "
+                             "run: PHP runs them from a queued closure signed with the app key; "
+                             "give the worker --app-key")  # fmt: skip
+            return
+        message = None if exc is None else _message(exc)
+        queue = options.queue or job.queue
+        for kind in kinds:
+            try:
+                self.table.push(
+                    callbacks_job(batch_id, kind, queue, signing_key=self.encrypter.key,
+                                  message=message)
+                )  # fmt: skip
+            except (SqlQueueError, LaravelBridgeError) as error:
+                logger.error(
+                    "batch %s's %s callbacks could not be queued: %s", batch_id, kind, error
+                )
+                continue
+            logger.info(
+                "batch %s: its %s callbacks are queued for PHP on %r", batch_id, kind, queue
+            )
+
+    def _warn_batch(self, batch_id: str, message: str) -> None:
+        if batch_id not in self._batch_warned:
+            self._batch_warned.add(batch_id)
+            logger.warning("%s", message)
 
     def _warn_unique(self, class_name: str, message: str) -> None:
         if class_name not in self._unique_warned:

@@ -51,8 +51,10 @@ from .schema import (
 
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
+    "BatchCounts",
     "CacheLocks",
     "ExceptionCounter",
+    "JobBatches",
     "LaravelRow",
     "LaravelTableStore",
     "laravel_tables",
@@ -461,3 +463,142 @@ class CacheLocks(TableStore):
         return bool(
             self._run(lambda tx: tx.execute(self._release, {"key": key}).rowcount == 1, single=True)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """A batch's counts after a job was recorded (``UpdatedBatchJobCounts``), and what the
+    recording did."""
+
+    pending_jobs: int
+    failed_jobs: int
+    #: This recording set ``finished_at`` (the last pending job succeeded).
+    finished: bool
+    #: This recording cancelled the batch (its first failure, failures not allowed).
+    cancelled: bool
+
+    @property
+    def all_ran_once(self) -> bool:
+        """``allJobsHaveRanExactlyOnce``: every job succeeded or failed."""
+        return self.pending_jobs - self.failed_jobs == 0
+
+
+class JobBatches(TableStore):
+    """Laravel's ``job_batches`` (``php artisan queue:batches-table``), kept as
+    ``Illuminate\\Bus\\DatabaseBatchRepository`` keeps it when a batched job succeeds or
+    fails: the counts, ``failed_job_ids``, ``finished_at`` and, on a first failure the batch
+    does not allow, ``cancelled_at`` — each recording one transaction with the batch's row
+    locked (``updateAtomicValues``). ``options`` (the PHP-serialized callbacks) is handed
+    back as stored: the store reads no PHP.
+    """
+
+    def __init__(
+        self,
+        database: str | Database,
+        table: str = "job_batches",
+        options: StoreOptions | None = None,
+    ) -> None:
+        if not table or not table.replace("_", "").isalnum():
+            raise ConfigurationError(
+                f"table name {table!r} must be letters, digits and underscores"
+            )
+        super().__init__(database, options)
+        self.table = sa.Table(
+            table,
+            sa.MetaData(),
+            sa.Column("id", sa.String(255), primary_key=True),
+            sa.Column("name", sa.String(255), nullable=False),
+            sa.Column("total_jobs", sa.Integer, nullable=False),
+            sa.Column("pending_jobs", sa.Integer, nullable=False),
+            sa.Column("failed_jobs", sa.Integer, nullable=False),
+            sa.Column("failed_job_ids", sa.Text, nullable=False),
+            sa.Column("options", sa.Text, nullable=True),
+            sa.Column("cancelled_at", sa.Integer, nullable=True),
+            sa.Column("created_at", sa.Integer, nullable=False),
+            sa.Column("finished_at", sa.Integer, nullable=True),
+        )
+        c = self.table.c
+        by_id = c.id == sa.bindparam("id")
+        self._find = sa.select(self.table).where(by_id)
+        # DatabaseBatchRepository::updateAtomicValues: the row locked while it is rewritten
+        # (FOR UPDATE on the server engines; SQLite's claim transaction is the only writer).
+        self._lock = sa.select(c.pending_jobs, c.failed_jobs, c.failed_job_ids).where(by_id)
+        self._lock = self._lock.with_for_update()
+        self._counts = (
+            sa.update(self.table)
+            .where(by_id)
+            .values(
+                pending_jobs=sa.bindparam("pending"),
+                failed_jobs=sa.bindparam("failed"),
+                failed_job_ids=sa.bindparam("failed_ids"),
+            )
+        )
+        self._finish = sa.update(self.table).where(by_id).values(finished_at=sa.bindparam("now"))
+        self._cancel = (
+            sa.update(self.table)
+            .where(by_id)
+            .values(cancelled_at=sa.bindparam("now"), finished_at=sa.bindparam("now"))
+        )
+
+    def table_specs(self) -> Sequence[TableSpec]:
+        hint = "Laravel's `php artisan queue:batches-table` migration creates it"
+        return (TableSpec(self.table.name, tuple(col.name for col in self.table.columns), hint),)
+
+    def create_schema(self) -> None:
+        """Create the table as Laravel's migration would, if absent (tests; apps migrate)."""
+        self._exec.run_schema(lambda conn: self.table.metadata.create_all(conn, checkfirst=True))
+        self.verify_schema()
+
+    def find(self, batch_id: str) -> dict[str, Any] | None:
+        """The batch's row (``options`` as stored), or None."""
+
+        def work(tx: Tx) -> dict[str, Any] | None:
+            tx.execute(self._find, {"id": batch_id})
+            found = tx.rows()
+            return found[0] if found else None
+
+        return self._run(work, read_only=True, single=True)
+
+    def record(
+        self, batch_id: str, job_uuid: str, *, succeeded: bool, allow_failures: bool = False
+    ) -> BatchCounts | None:
+        """``recordSuccessfulJob`` / ``recordFailedJob``'s writes for job ``job_uuid``: the
+        counts (``decrementPendingJobs`` / ``incrementFailedJobs``), then ``markAsFinished``
+        when nothing is pending, or ``cancel`` on a first failure not allowed. None when
+        the batch does not exist (pruned, or never stored)."""
+        now = self._now()
+
+        def work(tx: Tx) -> BatchCounts | None:
+            row = tx.execute(self._lock, {"id": batch_id}).fetchone()
+            if row is None:
+                return None
+            pending, failed, raw_ids = int(row[0]), int(row[1]), row[2]
+            try:
+                ids = json.loads(raw_ids) if raw_ids else []
+            except ValueError:
+                ids = []
+            ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+            if succeeded:
+                pending -= 1
+                ids = [i for i in ids if i != job_uuid]
+            else:
+                failed += 1
+                ids = ids if job_uuid in ids else [*ids, job_uuid]
+            params = {
+                "id": batch_id,
+                "pending": pending,
+                "failed": failed,
+                # json_encode(array_values(...)): PHP escapes "/" as "\/".
+                "failed_ids": json.dumps(ids, separators=(",", ":")).replace("/", "\\/"),
+                "now": now,
+            }
+            tx.execute(self._counts, params)
+            finished = succeeded and pending == 0
+            cancelled = not succeeded and failed == 1 and not allow_failures
+            if finished:
+                tx.execute(self._finish, params)
+            if cancelled:
+                tx.execute(self._cancel, params)
+            return BatchCounts(pending, failed, finished, cancelled)
+
+        return self._run(work)

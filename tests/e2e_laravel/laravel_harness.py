@@ -186,6 +186,12 @@ class LaravelQueueHarness:
         all). Per case: ``{"case", "id", "uuid", "queue", "payload"}``."""
         return {row["case"]: row for row in self.json_lines("queue-things", *cases, with_key=True)}
 
+    def batch(self, *labels: str, allow_failures: bool = False) -> dict[str, Any]:
+        """``Bus::batch()`` of ``App\\Things\\BatchStep(label)`` jobs with then/catch/finally
+        callbacks that log ``batch-then`` … lines: ``{"batch_id", "ids"}``."""
+        flag = ["--allow-failures"] if allow_failures else []
+        return dict(self.json_lines("batch", *flag, *labels, with_key=True)[0])
+
     def dispatch_unique(self, class_name: str, arg: str) -> bool:
         """``dispatch(new App\\Things\\<class_name>(arg))`` of a ``ShouldBeUnique`` job with the
         database cache store (lock in ``cache_locks``); True if it was queued, False if

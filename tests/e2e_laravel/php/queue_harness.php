@@ -24,6 +24,9 @@
 //   dispatch-unique CONN APP_KEY CLASS ARG  dispatch(new App\Things\CLASS(ARG)) with the database
 //                                      cache store (cache_locks, prefix laravel_cache), as an
 //                                      app whose CACHE_DRIVER=database; {dispatched, id}
+//   batch CONN APP_KEY [--allow-failures] LABEL…  Bus::batch() of App\Things\BatchStep(LABEL) jobs
+//                                      with then/catch/finally callbacks that log
+//                                      {"class":"batch-then"|…}; {batch_id, ids}
 //   queue-things CONN APP_KEY [CASE …]  what a Laravel app queues besides jobs, through Laravel's
 //                                      own calls: listener (event()), mailable (Mail::to()->queue),
 //                                      notification ($user->notify()), closure (dispatch(fn)); one
@@ -140,6 +143,8 @@ function boot(string $connJson, ?string $appKey = null): Container
     $container->instance(Illuminate\Database\ConnectionResolverInterface::class, $db->getDatabaseManager());
 
     if ($appKey !== null) {
+        // EncryptionServiceProvider: queued closures are signed with the app key.
+        Laravel\SerializableClosure\SerializableClosure::setSecretKey(key_bytes($appKey));
         $encrypter = new Encrypter(key_bytes($appKey), 'AES-256-CBC');
         $container->instance('encrypter', $encrypter);
         $container->instance(Illuminate\Contracts\Encryption\Encrypter::class, $encrypter);
@@ -202,6 +207,12 @@ function boot(string $connJson, ?string $appKey = null): Container
     $container->instance(Illuminate\Contracts\Notifications\Dispatcher::class, $channels);
     $container->instance(Illuminate\Contracts\Notifications\Factory::class, $channels);
 
+    // BusServiceProvider::registerBatchServices: batches in job_batches.
+    $container->singleton(Illuminate\Bus\BatchRepository::class, fn ($app) =>
+        new Illuminate\Bus\DatabaseBatchRepository($app->make(Illuminate\Bus\BatchFactory::class),
+            $app['db']->connection('default'), 'job_batches'));
+    $container->alias(Illuminate\Bus\BatchRepository::class, Illuminate\Bus\DatabaseBatchRepository::class);
+
     $handler = new StderrExceptionHandler;
     $container->instance(ExceptionHandler::class, $handler);
 
@@ -242,6 +253,21 @@ function migrate(): void
             $table->longText('payload');
             $table->longText('exception');
             $table->timestamp('failed_at')->useCurrent();
+        });
+    }
+    // Laravel 8.83's Illuminate/Queue/Console/stubs/batches.stub
+    if (! $schema->hasTable('job_batches')) {
+        $schema->create('job_batches', function ($table) {
+            $table->string('id')->primary();
+            $table->string('name');
+            $table->integer('total_jobs');
+            $table->integer('pending_jobs');
+            $table->integer('failed_jobs');
+            $table->text('failed_job_ids');
+            $table->mediumText('options')->nullable();
+            $table->integer('cancelled_at')->nullable();
+            $table->integer('created_at');
+            $table->integer('finished_at')->nullable();
         });
     }
     // Laravel 8.83's Illuminate/Cache/Console/stubs/cache.stub (the database cache store).
@@ -457,6 +483,30 @@ function dispatch_unique(Container $container, string $class, string $arg): void
     out(['dispatched' => $row !== null, 'id' => $row ? (int) $row->id : null]);
 }
 
+/** Bus::batch([...])->then(...)->catch(...)->finally(...)->dispatch(), as an app writes it. */
+function dispatch_batch(Container $container, array $args): void
+{
+    $allow = in_array('--allow-failures', $args, true);
+    $labels = array_values(array_filter($args, fn ($a) => $a !== '--allow-failures'));
+    $before = (int) DB::table('jobs')->max('id');
+    $pending = $container[Illuminate\Contracts\Bus\Dispatcher::class]->batch(
+        array_map(fn ($label) => new \App\Things\BatchStep($label), $labels)
+    )->then(function (Illuminate\Bus\Batch $batch) {
+        \App\Things\record_thing(['class' => 'batch-then', 'batch' => $batch->id]);
+    })->catch(function (Illuminate\Bus\Batch $batch, Throwable $e) {
+        \App\Things\record_thing(['class' => 'batch-catch', 'batch' => $batch->id,
+            'error' => $e->getMessage()]);
+    })->finally(function (Illuminate\Bus\Batch $batch) {
+        \App\Things\record_thing(['class' => 'batch-finally', 'batch' => $batch->id]);
+    })->name('nightly');
+    if ($allow) {
+        $pending->allowFailures();
+    }
+    $batch = $pending->dispatch();
+    $ids = DB::table('jobs')->where('id', '>', $before)->orderBy('id')->pluck('id')->all();
+    out(['batch_id' => $batch->id, 'ids' => array_map('intval', $ids)]);
+}
+
 /** dispatch(function () { … }): alone on its line, as the closure serializer finds a closure
  * by the line it starts on. */
 function dispatch_closure(): void
@@ -539,6 +589,10 @@ switch ($cmd) {
     case 'dispatch-unique':
         dispatch_unique(boot($conn, $argv[3] ?? fail_usage('dispatch-unique CONN APP_KEY CLASS ARG')),
             $argv[4] ?? fail_usage('CLASS'), $argv[5] ?? fail_usage('ARG'));
+        break;
+    case 'batch':
+        dispatch_batch(boot($conn, $argv[3] ?? fail_usage('batch CONN APP_KEY LABEL…')),
+            array_slice($argv, 4));
         break;
     case 'queue-things':
         queue_things(boot($conn, $argv[3] ?? fail_usage('queue-things CONN APP_KEY [CASE …]')),

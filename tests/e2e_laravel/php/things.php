@@ -119,3 +119,14 @@ class ExportOrders implements ShouldQueue, \Illuminate\Contracts\Queue\ShouldBeU
 
     public function handle() { record_thing(['class' => self::class, 'month' => $this->month]); }
 }
+
+/** A batched job (`make:job` + Batchable); its label says who should run it in the tests. */
+class BatchStep implements ShouldQueue
+{
+    use \Illuminate\Bus\Batchable, \Illuminate\Foundation\Bus\Dispatchable, InteractsWithQueue,
+        Queueable, SerializesModels;
+
+    public function __construct(public string $label) {}
+
+    public function handle() { record_thing(['class' => self::class, 'label' => $this->label]); }
+}
