@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +18,15 @@ from typing import Any
 
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
-from .payload import DEFAULT_QUEUE, JobCommand, Payload, delay_seconds, unix_time
+from .payload import (
+    DEFAULT_LARAVEL_VERSION,
+    DEFAULT_QUEUE,
+    LARAVEL_VERSIONS,
+    JobCommand,
+    Payload,
+    delay_seconds,
+    unix_time,
+)
 from .tables import JobTable, PushJob, open_table
 
 #: A chained job: a built command, or ``(class_name, properties)``.
@@ -53,7 +62,15 @@ class LaravelQueue:
         failed_table: str = "failed_jobs",
         create_tables: bool = True,
         table: JobTable | None = None,
+        laravel_version: int = DEFAULT_LARAVEL_VERSION,
     ) -> None:
+        if laravel_version not in LARAVEL_VERSIONS:
+            raise LaravelBridgeError(
+                f"laravel_version must be one of {', '.join(map(str, LARAVEL_VERSIONS))}, "
+                f"got {laravel_version!r}"
+            )
+        #: The Laravel version whose payload keys are written (see ``Payload.build``).
+        self.laravel_version = laravel_version
         self.connection_name = connection_name
         self.encrypter = Encrypter(app_key, cipher) if app_key else None
         self.table = table or open_table(
@@ -120,6 +137,8 @@ class LaravelQueue:
             timeout=timeout,
             retry_until=unix_time(retry_until, "retry_until"),
             encrypter=self.encrypter if encrypt else None,
+            laravel_version=self.laravel_version,
+            delay=math.ceil(seconds) if seconds else None,
         )
         return PushJob(queue or DEFAULT_QUEUE, payload.to_stored_json(), seconds, payload.uuid)
 

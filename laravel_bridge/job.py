@@ -8,6 +8,7 @@ as stored). :func:`chain_successor` builds the row Laravel's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +23,7 @@ from .exceptions import LaravelBridgeError, PayloadError
 from .payload import (
     CALL_QUEUED_HANDLER,
     CARBON_CLASSES,
+    DEFAULT_LARAVEL_VERSION,
     DEFAULT_QUEUE,
     MAX_COMMAND_DEPTH,
     MAX_PAYLOAD_BYTES,
@@ -282,14 +284,18 @@ def _uuid_problem(uuid: object) -> str | None:
 
 
 def chain_successor(
-    command: JobCommand, encrypter: Encrypter | None = None, now: float | None = None
+    command: JobCommand,
+    encrypter: Encrypter | None = None,
+    now: float | None = None,
+    laravel_version: int = DEFAULT_LARAVEL_VERSION,
 ) -> PushJob | None:
     """The next job of ``command``'s chain, as Laravel's ``Queueable::dispatchNextJobInChain``
     makes it: the rest of the chain and the chain's connection/queue carried over.
 
     Payload keys come from the next job's *properties* (``tries``, ``backoff``,
     ``timeout``, ``maxExceptions``, ``failOnTimeout``, ``retryUntil``); a PHP
-    class that defines them as methods instead is not visible from Python.
+    class that defines them as methods instead is not visible from Python. The payload
+    has ``laravel_version``'s key set (the worker passes the finished job's).
     """
     chained = command.obj.get("chained") or []
     if not isinstance(chained, (list, dict)):
@@ -305,16 +311,6 @@ def chain_successor(
     for name in ("chainConnection", "chainQueue", "chainCatchCallbacks"):
         _set(obj, name, this.get(name))
     retry_until = unix_time(obj.get("retryUntil"), "the next job's retryUntil")
-    payload = Payload.build(
-        successor,
-        max_tries=obj.get("tries"),
-        max_exceptions=obj.get("maxExceptions"),
-        fail_on_timeout=bool(obj.get("failOnTimeout") or False),
-        backoff=_backoff_of(obj),
-        timeout=obj.get("timeout"),
-        retry_until=retry_until,
-        encrypter=encrypter,
-    )
     delay = obj.get("delay")
     if isinstance(delay, PhpObject) and delay.class_name in CARBON_CLASSES:
         delay = date_from_php(delay)
@@ -331,6 +327,18 @@ def chain_successor(
         validate_queue_name(queue)
     except InvalidQueueName as exc:
         raise PayloadError(f"the next job's queue: {exc}") from exc
+    payload = Payload.build(
+        successor,
+        max_tries=obj.get("tries"),
+        max_exceptions=obj.get("maxExceptions"),
+        fail_on_timeout=bool(obj.get("failOnTimeout") or False),
+        backoff=_backoff_of(obj),
+        timeout=obj.get("timeout"),
+        retry_until=retry_until,
+        encrypter=encrypter,
+        laravel_version=laravel_version,
+        delay=math.ceil(seconds) if seconds else None,
+    )
     return PushJob(queue, payload.to_stored_json(), seconds, payload.uuid)
 
 

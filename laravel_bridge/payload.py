@@ -42,6 +42,11 @@ from .php_serialize import PhpObject, plain_name
 DEFAULT_QUEUE = "default"
 #: The handler Laravel names in ``job`` for every queued command object.
 CALL_QUEUED_HANDLER = "Illuminate\\Queue\\CallQueuedHandler@call"
+#: The payload shapes Python writes, by Laravel version (8-11 share one).
+LARAVEL_VERSIONS = (8, 9, 10, 11, 12, 13)
+#: Laravel 8's: every key the newer versions add is optional to their workers (``?? null``),
+#: and 8.83 is the version the end-to-end tests run for real.
+DEFAULT_LARAVEL_VERSION = 8
 #: ``Illuminate\\Bus\\Queueable``'s properties, in declaration order.
 QUEUEABLE_PROPERTIES = (
     "connection",
@@ -662,8 +667,18 @@ class Payload:
         retry_until: int | datetime | None = None,
         encrypter: Encrypter | None = None,
         display_name: str | None = None,
+        laravel_version: int = DEFAULT_LARAVEL_VERSION,
+        delay: int | None = None,
+        created_at: int | None = None,
     ) -> Payload:
-        """The payload Laravel's ``Queue::createObjectPayload`` writes for ``command``."""
+        """The payload Laravel's ``Queue::createObjectPayload`` writes for ``command``, in
+        the key set of ``laravel_version`` (8-11 share one; 12 adds ``data.batchId``,
+        ``createdAt`` and the dispatch ``delay``; 13 adds ``deleteWhenMissingModels``)."""
+        if laravel_version not in LARAVEL_VERSIONS:
+            raise LaravelBridgeError(
+                f"laravel_version must be one of {', '.join(map(str, LARAVEL_VERSIONS))}, "
+                f"got {laravel_version!r}"
+            )
         serialized = command.dumps()
         if encrypter is not None:
             text = encrypter.encrypt(serialized.decode("utf-8", "surrogateescape"))
@@ -671,20 +686,34 @@ class Payload:
             text = serialized.decode("utf-8", "surrogateescape")
         if isinstance(retry_until, datetime):
             retry_until = int(retry_until.timestamp())
-        return cls(
-            {
-                "uuid": uuid or str(uuid_module.uuid4()),
-                "displayName": display_name or command.class_name,
-                "job": CALL_QUEUED_HANDLER,
-                "maxTries": max_tries,
-                "maxExceptions": max_exceptions,
-                "failOnTimeout": fail_on_timeout,
-                "backoff": _backoff_text(backoff),
-                "timeout": timeout,
-                "retryUntil": retry_until,
-                "data": {"commandName": command.class_name, "command": text},
-            }
-        )
+        data: dict[str, Any] = {
+            "uuid": uuid or str(uuid_module.uuid4()),
+            "displayName": display_name or command.class_name,
+            "job": CALL_QUEUED_HANDLER,
+            "maxTries": max_tries,
+            "maxExceptions": max_exceptions,
+            "failOnTimeout": fail_on_timeout,
+            "backoff": _backoff_text(backoff),
+            "timeout": timeout,
+            "retryUntil": retry_until,
+        }
+        if laravel_version >= 13:
+            data["deleteWhenMissingModels"] = command.obj.get("deleteWhenMissingModels") is True
+        data["data"] = {"commandName": command.class_name, "command": text}
+        if laravel_version >= 12:
+            data["data"]["batchId"] = command.obj.get("batchId")
+            data["createdAt"] = int(time.time()) if created_at is None else created_at
+            data["delay"] = delay
+        return cls(data)
+
+    @property
+    def laravel_version(self) -> int:
+        """The oldest Laravel version whose key set this payload has (8 for 8-11)."""
+        if "deleteWhenMissingModels" in self.data:
+            return 13
+        if "createdAt" in self.data or "delay" in self.data:
+            return 12
+        return 8
 
 
 def _json_kind(value: Any) -> str:

@@ -891,7 +891,9 @@ class Worker:
         if parsed.command is None:
             return []
         encrypter = self.encrypter if parsed.payload.is_encrypted else None
-        successor = chain_successor(parsed.command, encrypter, self.clock())
+        successor = chain_successor(
+            parsed.command, encrypter, self.clock(), parsed.payload.laravel_version
+        )
         return [] if successor is None else [successor]
 
     # -- time limits ----------------------------------------------------------------

@@ -287,3 +287,19 @@ def test_php_and_python_workers_drain_one_queue_each_job_once(
     assert python_runs and php_runs  # both workers took part
     assert {row["uuid"] for row in rows} <= set(uuids)
     assert queue.failed() == []
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_laravel_8s_worker_runs_jobs_python_wrote_in_a_newer_versions_shape(
+    queue: LaravelQueueHarness, version: int
+) -> None:
+    """The keys Laravel 12 and 13 add (createdAt, delay, data.batchId,
+    deleteWhenMissingModels) are extra to an older worker: it runs the job as its own."""
+    lq = LaravelQueue(queue.db_url, "laravel", create_tables=False, laravel_version=version)
+    d = lq.dispatch("App\\Jobs\\Ping", {"label": f"written for {version}"})
+    lq.close()
+    result = queue.work()
+    assert result.returncode == 0, result.stderr
+    (run,) = queue.runs()
+    assert (run["uuid"], run["props"]["label"]) == (d.uuid, f"written for {version}")
+    assert queue.failed() == []

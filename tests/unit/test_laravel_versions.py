@@ -14,11 +14,13 @@ from support import Clock
 from laravel_bridge import (
     HandlerRegistry,
     Job,
+    LaravelQueue,
     ModelIdentifier,
     Payload,
     Worker,
     WorkerOptions,
 )
+from laravel_bridge.exceptions import LaravelBridgeError
 from laravel_bridge.job import chain_successor, parse_job
 from laravel_bridge.tables import PushJob, ReservedJob, open_table
 
@@ -113,3 +115,40 @@ def test_a_chain_recorded_by_a_newer_laravel_goes_on_from_python(version: str) -
     assert nxt.command().class_name == "App\\Jobs\\Ping"
     assert nxt.command().properties == {"label": "second"}
     assert [c.class_name for c in nxt.command().chained] == ["App\\Jobs\\Tuned"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_python_writes_the_key_set_of_a_chosen_version(version: str) -> None:
+    laravel = LaravelQueue("memory://write-" + version, "askr", laravel_version=int(version[:2]))
+    try:
+        ours = json.loads(laravel.build("App\\Jobs\\Ping", {"label": "x"}, delay=30).payload)
+    finally:
+        laravel.close()
+    theirs = json.loads(recorded(version)["delayed_no_backoff"]["payload"])
+    assert list(ours) == list(theirs) and list(ours["data"]) == list(theirs["data"])
+    assert ours["delay"] == theirs["delay"] == 30
+
+
+def test_laravel_8s_key_set_is_the_default() -> None:
+    laravel = LaravelQueue("memory://write-8", "askr")
+    try:
+        payload = json.loads(laravel.build("App\\Jobs\\Ping", {"label": "x"}).payload)
+    finally:
+        laravel.close()
+    assert "createdAt" not in payload and "batchId" not in payload["data"]
+    assert Payload.parse(json.dumps(payload)).laravel_version == 8
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_chain_successor_has_the_finished_jobs_key_set(version: str) -> None:
+    job = job_of(version, "chain")
+    assert job.command is not None and job.payload.laravel_version == int(version[:2])
+    successor = chain_successor(job.command, laravel_version=job.payload.laravel_version)
+    assert successor is not None
+    theirs = json.loads(recorded(version)["chain"]["payload"])
+    assert list(json.loads(successor.payload)) == list(theirs)
+
+
+def test_an_unknown_version_is_refused() -> None:
+    with pytest.raises(LaravelBridgeError, match="laravel_version must be one of"):
+        LaravelQueue("memory://write-7", "askr", laravel_version=7)
