@@ -172,3 +172,26 @@ def test_a_queued_closure_failed_by_policy_says_it_is_php_code(
     (failed,) = queue.failed()
     assert failed["uuid"] == queued["uuid"] and failed["payload"] == queued["payload"]
     assert "is a queued closure: PHP code, which only a PHP worker can run" in failed["exception"]
+
+
+def test_a_serializes_models_job_with_a_collection_and_relations_keeps_its_identifiers(
+    queue: LaravelQueueHarness, table: JobTable
+) -> None:
+    """What SerializesModels leaves of an Eloquent collection and a model with eager-loaded
+    relations reaches the handler as ModelIdentifiers (ids, relations, connection); the
+    same job run by PHP restores the models and reloads the relations."""
+    queue.queue_things("models")
+    got: list[Job] = []
+    registry = HandlerRegistry()
+    registry.register("App\\Things\\SyncCustomers", got.append)
+    worker(table, registry, []).run()
+    (job,) = got
+    assert job.properties == {
+        "customers": ModelIdentifier("App\\Things\\Customer", [7, 8], ("namesakes",), "default"),
+        "owner": ModelIdentifier("App\\Things\\Customer", 7, ("namesakes",), "default"),
+    }
+    queue.queue_things("models")
+    php = queue.work()
+    assert php.returncode == 0, php.stderr
+    (run,) = queue.runs()
+    assert (run["customers"], run["loaded"], run["namesakes"]) == (["Ada", "Grace"], True, [7, 9])

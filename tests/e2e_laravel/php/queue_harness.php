@@ -29,7 +29,8 @@
 //                                      {"class":"batch-then"|…}; {batch_id, ids}
 //   queue-things CONN APP_KEY [CASE …]  what a Laravel app queues besides jobs, through Laravel's
 //                                      own calls: listener (event()), mailable (Mail::to()->queue),
-//                                      notification ($user->notify()), closure (dispatch(fn)); one
+//                                      notification ($user->notify()), closure (dispatch(fn)),
+//                                      models (a SerializesModels job: collection + relations); one
 //                                      JSON line per case: {case,id,uuid,queue,payload}
 //
 // Job classes and cases: jobs.php. Their handle() appends a JSON line to $QUEUE_HARNESS_LOG.
@@ -529,6 +530,14 @@ function queue_things(Container $container, array $names): void
             ->cc('ops@example.com')->queue(new \App\Things\OrderShippedMail($customer, 1001)),
         'notification' => fn () => $customer->notify(new \App\Things\InvoicePaid(42, 99.5)),
         'closure' => 'dispatch_closure',
+        'models' => function () {
+            if (! DB::table('users')->where('id', 8)->exists()) {
+                DB::table('users')->insert([['id' => 8, 'name' => 'Grace'], ['id' => 9, 'name' => 'Ada']]);
+            }
+            $customers = \App\Things\Customer::with('namesakes')->whereIn('id', [7, 8])->orderBy('id')->get();
+            dispatch(new \App\Things\SyncCustomers($customers,
+                \App\Things\Customer::with('namesakes')->find(7)));
+        },
     ];
     foreach ($names ?: array_keys($cases) as $name) {
         if (! isset($cases[$name])) {

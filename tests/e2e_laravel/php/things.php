@@ -32,6 +32,25 @@ class Customer extends \Illuminate\Database\Eloquent\Model
     public $timestamps = false;
 
     public function routeNotificationForLog() { return "customer-{$this->id}"; }
+
+    /** A relation to load (on the users table alone: a customer's namesakes). */
+    public function namesakes() { return $this->hasMany(self::class, 'name', 'name'); }
+}
+
+/** app/Jobs/SyncCustomers.php: SerializesModels with an Eloquent collection and relations. */
+class SyncCustomers implements ShouldQueue
+{
+    use \Illuminate\Foundation\Bus\Dispatchable, InteractsWithQueue, Queueable, SerializesModels;
+
+    public function __construct(public $customers, public Customer $owner) {}
+
+    public function handle()
+    {
+        record_thing(['class' => self::class,
+            'customers' => $this->customers->pluck('name')->all(),
+            'loaded' => $this->owner->relationLoaded('namesakes'),
+            'namesakes' => $this->owner->namesakes->pluck('id')->all()]);
+    }
 }
 
 /** app/Events/OrderShipped.php */
