@@ -61,6 +61,9 @@ __all__ = [
     "laravel_timestamp",
 ]
 
+#: A window that holds every row (LIMIT takes a 64-bit value on every engine).
+WHOLE_QUEUE = 2**62
+
 #: Rows per multi-row INSERT in a bulk push (5 parameters a row; far below every
 #: engine's bind-parameter limit), and payload bytes per INSERT.
 PUSH_CHUNK = 1000
@@ -214,8 +217,14 @@ class LaravelTableStore(TableStore):
         return params
 
     def _pop_in(self, tx: Tx, params: dict[str, Any]) -> LaravelRow | None:
-        pop = self.q.laravel_pop_lock_named if "names" in params else self.q.laravel_pop_lock
-        found = tx.execute(pop, params).fetchone()
+        if "names" in params:
+            # The oldest few ready rows first; only when none of them is ours, all of them.
+            pop = self.q.laravel_pop_lock_named
+            found = tx.execute(pop, {**params, "window": self.q.LARAVEL_WINDOW}).fetchone()
+            if found is None:
+                found = tx.execute(pop, {**params, "window": WHOLE_QUEUE}).fetchone()
+        else:
+            found = tx.execute(self.q.laravel_pop_lock, params).fetchone()
         if found is None:
             return None
         job_id, attempts, *stored = found

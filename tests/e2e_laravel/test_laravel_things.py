@@ -103,7 +103,7 @@ def test_listener_mailable_and_notification_run_by_handlers_under_the_names_lara
 
 def test_the_console_lines_are_laravels_own(queue: LaravelQueueHarness, table: JobTable) -> None:
     """The same four things run once by PHP and once by Python print the same names."""
-    queue.queue_things()
+    queue.queue_things("listener", "mailable", "notification", "closure")
     php = queue.work()
     assert php.returncode == 0, php.stderr
     assert len(queue.runs()) == 4  # PHP really ran all four: listener, mail, notification, closure

@@ -303,9 +303,14 @@ class Queries:
 
     # -- Laravel's tables, with Laravel 8.83's rules (Illuminate\Queue\DatabaseQueue) --
 
-    #: How much of a payload the class filter reads: Laravel writes ``uuid``,
-    #: ``displayName``, ``job`` … then ``data.commandName`` first, a few hundred characters.
+    #: Where the class filter looks: a ``displayName`` / ``commandName`` key counts only
+    #: within the payload's first LARAVEL_HEAD characters (Laravel writes ``uuid``,
+    #: ``displayName``, ``job`` … then ``data.commandName`` first: a few hundred), and a
+    #: class name is at most LARAVEL_NAME characters.
     LARAVEL_HEAD = 2048
+    LARAVEL_NAME = 512
+    #: How many of the oldest ready rows a pop by class looks at first (then all of them).
+    LARAVEL_WINDOW = 16
 
     @staticmethod
     def text_position(haystack: Any, needle: Any) -> Any:
@@ -315,29 +320,52 @@ class Queries:
     def laravel_names_claimable(self, payload: Any) -> Any:
         """The class filter of :attr:`laravel_pop_lock_named`: the payload names a class in
         ``:names`` (``|``-separated, JSON-escaped as the payload writes them) as its
-        ``displayName`` or ``data.commandName``, or has no ``displayName`` in its head at
-        all (not a Laravel payload: a bad row, settled by whoever claims it)."""
-        head = sa.func.substr(payload, 1, self.LARAVEL_HEAD)
+        ``displayName`` or ``data.commandName``, or has no ``displayName`` at all (not a
+        Laravel payload: a bad row, settled by whoever claims it).
+
+        Cheap per row on purpose (it runs on every row a pop looks at): each search stops
+        at the key, which Laravel writes within the first few hundred characters, and the
+        value is cut from a short slice; the usual case (our ``displayName``) comes first.
+        """
         names = sa.bindparam("names", type_=sa.String)
 
         def listed(key: str) -> Any:
-            at = self.text_position(head, sa.literal(key))
-            start = at + len(key)
-            length = self.text_position(sa.func.substr(head, start), sa.literal('"')) - 1
-            value = sa.func.substr(head, start, length)
+            at = self.text_position(payload, sa.literal(key))
+            rest = sa.func.substr(payload, at + len(key), self.LARAVEL_NAME)
+            length = self.text_position(rest, sa.literal('"')) - 1
             # length > 0 first: substr with a negative length reads backwards (SQLite) or
-            # raises (PostgreSQL), and a value cut off by the head is not a class name.
+            # raises (PostgreSQL), and a name longer than the slice is not a class name.
             return sa.and_(
                 at > 0,
+                at < self.LARAVEL_HEAD,
                 length > 0,
-                self.text_position(names, sa.literal("|", sa.String) + value + "|") > 0,
+                self.text_position(
+                    names, sa.literal("|", sa.String) + sa.func.substr(rest, 1, length) + "|"
+                )
+                > 0,
             )
 
         return sa.or_(
-            self.text_position(head, sa.literal('"displayName":"')) == 0,
             listed('"displayName":"'),
             listed('"commandName":"'),
+            self.text_position(payload, sa.literal('"displayName":"')) == 0,
         )
+
+    def laravel_named_pop(self, pop: Any, jobs: sa.Table, ready: Any) -> Any:
+        """``pop`` (the FOR UPDATE SKIP LOCKED read of :attr:`laravel_pop_lock`) by class:
+        only among the ``:window`` oldest ready rows, so the class filter runs on a few rows
+        rather than the whole queue (PostgreSQL filters every row of the queue before it
+        sorts). The oldest ids come from a derived table: MySQL refuses a LIMIT directly
+        inside IN (…)."""
+        j = jobs.c
+        oldest = (
+            sa.select(j.id)
+            .where(j.queue == sa.bindparam("queue"), ready)
+            .order_by(j.id)
+            .limit(sa.bindparam("window"))
+            .subquery("oldest")
+        )
+        return pop.where(j.id.in_(sa.select(oldest.c.id)), self.laravel_names_claimable(j.payload))
 
     def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
         j = jobs.c
@@ -356,9 +384,8 @@ class Queries:
             .with_for_update(skip_locked=True)
         )
         # The same, for a worker that claims only the classes it has handlers for.
-        self.laravel_pop_lock_named = self.laravel_pop_lock.where(
-            self.laravel_names_claimable(j.payload)
-        )
+        self.laravel_ready = ready
+        self.laravel_pop_lock_named = self.laravel_named_pop(self.laravel_pop_lock, jobs, ready)
         self.laravel_pop_mark = (
             sa.update(jobs)
             .where(j.id == sa.bindparam("job_id"))

@@ -79,8 +79,8 @@ class SQLiteQueries(Queries):
             sa.cast(j.payload, sa.LargeBinary).label("payload"),
             sa.func.typeof(j.payload).label("payload_type"),
         )
-        self.laravel_pop_lock_named = self.laravel_pop_lock.where(
-            self.laravel_names_claimable(j.payload)
+        self.laravel_pop_lock_named = self.laravel_named_pop(
+            self.laravel_pop_lock, jobs, self.laravel_ready
         )
 
     def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
