@@ -171,6 +171,12 @@ def with_table_options(command: F) -> F:
     "ShouldBeUnique job's lock when Python finishes or fails it, as Laravel does.",
 )
 @click.option(
+    "--unique-locks-url",
+    default=None,
+    help="The cache connection's database URL, when its cache_locks table is not in the "
+    "queue's database.",
+)
+@click.option(
     "--cache-prefix",
     default="laravel_cache",
     show_default=True,
@@ -226,6 +232,7 @@ def work(
     attempts_cap: int,
     batches_table: str,
     unique_locks_table: str | None,
+    unique_locks_url: str | None,
     cache_prefix: str,
     unknown_jobs: str,
     unknown_delay: float,
@@ -260,6 +267,7 @@ def work(
         attempts_cap=attempts_cap,
         batches_table=batches_table or None,
         unique_locks=unique_locks_table,
+        unique_locks_url=unique_locks_url,
         cache_prefix=cache_prefix,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
         unknown_delay=unknown_delay,

@@ -44,10 +44,12 @@ from .exceptions import LaravelBridgeError
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
     "BatchCounts",
+    "CacheLocks",
     "JobBatches",
     "JobTable",
     "PushJob",
     "ReservedJob",
+    "StoreOptions",
     "open_table",
 ]
 

@@ -56,7 +56,7 @@ from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, chain_successor, parse_job
 from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
-from .tables import JobBatches, JobTable, PushJob, ReservedJob
+from .tables import CacheLocks, JobBatches, JobTable, PushJob, ReservedJob, StoreOptions
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,9 @@ class WorkerOptions:
     #: that looks unique — ``uniqueFor``/``uniqueId`` properties — is then warned about, once
     #: per class).
     unique_locks: str | None = None
+    #: The cache connection's database URL when it is not the queue's (Laravel's
+    #: ``cache.stores.database.connection``); None: the queue's database.
+    unique_locks_url: str | None = None
     #: Laravel's ``cache.prefix`` (``laravel_cache`` for an app named Laravel: the slug of
     #: ``APP_NAME`` + ``_cache``), the start of every lock key in that table.
     cache_prefix: str = "laravel_cache"
@@ -247,6 +250,8 @@ class Worker:
         self._released_unknown: dict[str, None] = {}
         #: Classes already warned about for a unique lock left held (see _release_unique).
         self._unique_warned: set[str] = set()
+        #: The cache lock table on a database of its own (``unique_locks_url``), once opened.
+        self._own_locks: CacheLocks | None = None
         #: Batches already warned about (not recorded, callbacks not handed over).
         self._batch_warned: set[str] = set()
 
@@ -289,6 +294,9 @@ class Worker:
                     self.process_next()
             finally:
                 self._finishing = False
+                if self._own_locks is not None:
+                    self._own_locks.close()
+                    self._own_locks = None
         return 0
 
     def process_next(self) -> bool:
@@ -696,9 +704,7 @@ class Worker:
         released = False
         if table is not None:
             try:
-                released = self.table.cache_locks(table).force_release(
-                    self.options.cache_prefix + key
-                )
+                released = self._cache_locks(table).force_release(self.options.cache_prefix + key)
             except (SqlQueueError, LaravelBridgeError) as exc:
                 self._warn_unique(
                     command.class_name, f"could not release unique lock {key!r} in {table}: {exc}"
@@ -801,6 +807,14 @@ class Worker:
         if batch_id not in self._batch_warned:
             self._batch_warned.add(batch_id)
             logger.warning("%s", message)
+
+    def _cache_locks(self, table: str) -> CacheLocks:
+        url = self.options.unique_locks_url
+        if url is None:
+            return self.table.cache_locks(table)
+        if self._own_locks is None:
+            self._own_locks = CacheLocks(url, table, StoreOptions(create_tables=False))
+        return self._own_locks
 
     def _warn_unique(self, class_name: str, message: str) -> None:
         if class_name not in self._unique_warned:

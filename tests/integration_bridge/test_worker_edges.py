@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from bridge_support import failed, make_worker
+from laravel_support import sql_engine
 from support import T0, Clock
 
 from laravel_bridge import (
@@ -165,3 +168,28 @@ def test_dispatch_reads_delays_and_times_as_laravel_does(queue: LaravelQueue) ->
         queue.build("App\\Jobs\\X", {}, delay="soon")
     with pytest.raises(PayloadError, match="not UTF-8"):
         queue.build("App\\Jobs\\X", {"blob": b"\xff\xfe"})
+
+
+def test_a_unique_lock_on_another_cache_connection_is_released_there(
+    db_url: str, registry: HandlerRegistry, tmp_path: Path
+) -> None:
+    """``cache.stores.database.connection`` names another database: --unique-locks-url."""
+    from kombu_sqlqueue.store.laravel_tables import CacheLocks
+
+    cache_url = f"sqlite:///{tmp_path / 'cache.db'}"
+    locks = CacheLocks(cache_url)
+    locks.create_schema()
+    key = "laravel_cachelaravel_unique_job:App\\Jobs\\Export2024-05"
+    engine = sql_engine(cache_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO cache_locks VALUES (:k, 'owner', 0)"), {"k": key})
+    engine.dispose()
+    queue = LaravelQueue(db_url, "laravel")
+    queue.dispatch("App\\Jobs\\Export", {"uniqueId": "2024-05", "uniqueFor": 3600})
+    registry.register("App\\Jobs\\Export", lambda job: None)
+    make_worker(
+        queue.table, registry, Clock(), unique_locks="cache_locks", unique_locks_url=cache_url
+    ).run()
+    assert locks.force_release(key) is False  # the worker released it already
+    locks.close()
+    queue.close()
