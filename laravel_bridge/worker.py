@@ -695,7 +695,15 @@ class Worker:
             return  # Laravel's wrappers are never unique themselves
         looks_unique = "uniqueFor" in command.obj or "uniqueId" in command.obj
         if handler is not None and handler.unique_id is not None:
-            unique_id: Any = handler.unique_id(parsed)
+            try:
+                unique_id: Any = handler.unique_id(parsed)
+            except Exception as exc:  # the job is settled: a lookup bug only loses the release
+                self._warn_unique(
+                    command.class_name,
+                    f"the unique_id of {parsed.name}'s handler raised ({exc!r}): its lock is "
+                    "not released",
+                )
+                return
             looks_unique = True
         else:
             unique_id = command.obj.get("uniqueId")

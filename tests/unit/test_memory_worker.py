@@ -125,3 +125,21 @@ def test_an_unreadable_payload_is_failed_with_its_reason(queue: LaravelQueue, cl
 def test_the_laravel_layout_needs_a_database(url: str) -> None:
     with pytest.raises(LaravelBridgeError, match="layout='askr'"):
         open_table(url, layout="laravel")
+
+
+def test_a_unique_id_hook_that_raises_does_not_stop_the_worker(
+    queue: LaravelQueue, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+    registry = HandlerRegistry()
+
+    def unique_id(job: Job) -> str:
+        raise KeyError("reportId")
+
+    registry.register("App\\Jobs\\Report", lambda job: ran.append(job.uuid), unique_id=unique_id)
+    first = queue.dispatch("App\\Jobs\\Report", {})
+    second = queue.dispatch("App\\Jobs\\Report", {})
+    worker(queue.table, registry, clock, unique_locks="cache_locks").run()
+    assert ran == [first.uuid, second.uuid]
+    assert sum("unique_id of App\\Jobs\\Report's handler raised" in r.getMessage()
+               for r in caplog.records) == 1  # fmt: skip
