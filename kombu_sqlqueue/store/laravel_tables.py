@@ -70,6 +70,14 @@ PUSH_CHUNK = 1000
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 
 
+def check_table_name(name: str) -> str:
+    """``name`` if it can be a table's name here (a configurable name reaches SQLAlchemy's
+    quoting, but is kept to what Laravel's migrations write)."""
+    if not name or not name.replace("_", "").isalnum():
+        raise ConfigurationError(f"table name {name!r} must be letters, digits and underscores")
+    return name
+
+
 def integer_limit(column_type: Any) -> int:
     """The largest value an integer column of ``column_type`` (as reflected) holds: Laravel's
     ``unsignedTinyInteger`` is a MySQL ``TINYINT UNSIGNED`` (255) but a PostgreSQL
@@ -128,10 +136,7 @@ class LaravelTableStore(TableStore):
         options: StoreOptions | None = None,
     ) -> None:
         for name in (jobs_table, failed_table):
-            if not name or not name.replace("_", "").isalnum():
-                raise ConfigurationError(
-                    f"table name {name!r} must be letters, digits and underscores"
-                )
+            check_table_name(name)
         super().__init__(database, options)
         self.q = self.engine.queries(jobs_table, failed_table)
         self.jobs_table, self.failed_table = self.q.laravel_jobs, self.q.laravel_failed
@@ -429,7 +434,24 @@ class ExceptionCounter(TableStore):
             self._run(lambda tx: tx.execute(self._forget, {"id": uuid}), single=True)
 
 
-class CacheLocks(TableStore):
+class LaravelAppTable(TableStore):
+    """A table of the Laravel app that a worker writes but does not own (Laravel's migration
+    creates it): ``table`` is set by the subclass, ``create_hint`` names the migration."""
+
+    table: sa.Table
+    create_hint: str
+
+    def table_specs(self) -> Sequence[TableSpec]:
+        columns = tuple(col.name for col in self.table.columns)
+        return (TableSpec(self.table.name, columns, self.create_hint),)
+
+    def create_schema(self) -> None:
+        """Create the table as Laravel's migration would, if absent (tests; apps migrate)."""
+        self._exec.run_schema(lambda conn: self.table.metadata.create_all(conn, checkfirst=True))
+        self.verify_schema()
+
+
+class CacheLocks(LaravelAppTable):
     """The lock table of Laravel's ``database`` cache store (``cache_locks``: key, owner,
     expiration; ``php artisan cache:table`` creates it), for the one thing a worker does
     with it: ``DatabaseLock::forceRelease``, which Laravel's ``CallQueuedHandler`` calls on
@@ -443,11 +465,9 @@ class CacheLocks(TableStore):
         table: str = "cache_locks",
         options: StoreOptions | None = None,
     ) -> None:
-        if not table or not table.replace("_", "").isalnum():
-            raise ConfigurationError(
-                f"table name {table!r} must be letters, digits and underscores"
-            )
+        check_table_name(table)  # before a URL is opened
         super().__init__(database, options)
+        self.create_hint = "Laravel's `php artisan cache:table` migration creates it"
         self.table = sa.Table(
             table,
             sa.MetaData(),
@@ -456,15 +476,6 @@ class CacheLocks(TableStore):
             sa.Column("expiration", sa.Integer, nullable=False),
         )
         self._release = sa.delete(self.table).where(self.table.c.key == sa.bindparam("key"))
-
-    def table_specs(self) -> Sequence[TableSpec]:
-        hint = "Laravel's `php artisan cache:table` migration creates it"
-        return (TableSpec(self.table.name, tuple(col.name for col in self.table.columns), hint),)
-
-    def create_schema(self) -> None:
-        """Create the table as Laravel's migration would, if absent (tests; apps migrate)."""
-        self._exec.run_schema(lambda conn: self.table.metadata.create_all(conn, checkfirst=True))
-        self.verify_schema()
 
     def force_release(self, key: str) -> bool:
         """Delete the lock ``key`` (the cache prefix included), whoever owns it; True if one
@@ -492,7 +503,7 @@ class BatchCounts:
         return self.pending_jobs - self.failed_jobs == 0
 
 
-class JobBatches(TableStore):
+class JobBatches(LaravelAppTable):
     """Laravel's ``job_batches`` (``php artisan queue:batches-table``), kept as
     ``Illuminate\\Bus\\DatabaseBatchRepository`` keeps it when a batched job succeeds or
     fails: the counts, ``failed_job_ids``, ``finished_at`` and, on a first failure the batch
@@ -507,11 +518,9 @@ class JobBatches(TableStore):
         table: str = "job_batches",
         options: StoreOptions | None = None,
     ) -> None:
-        if not table or not table.replace("_", "").isalnum():
-            raise ConfigurationError(
-                f"table name {table!r} must be letters, digits and underscores"
-            )
+        check_table_name(table)  # before a URL is opened
         super().__init__(database, options)
+        self.create_hint = "Laravel's `php artisan queue:batches-table` migration creates it"
         self.table = sa.Table(
             table,
             sa.MetaData(),
@@ -548,15 +557,6 @@ class JobBatches(TableStore):
             .where(by_id)
             .values(cancelled_at=sa.bindparam("now"), finished_at=sa.bindparam("now"))
         )
-
-    def table_specs(self) -> Sequence[TableSpec]:
-        hint = "Laravel's `php artisan queue:batches-table` migration creates it"
-        return (TableSpec(self.table.name, tuple(col.name for col in self.table.columns), hint),)
-
-    def create_schema(self) -> None:
-        """Create the table as Laravel's migration would, if absent (tests; apps migrate)."""
-        self._exec.run_schema(lambda conn: self.table.metadata.create_all(conn, checkfirst=True))
-        self.verify_schema()
 
     def find(self, batch_id: str) -> dict[str, Any] | None:
         """The batch's row (``options`` as stored), or None."""
