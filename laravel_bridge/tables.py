@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 Layout = Literal["laravel", "askr"]
+_T = TypeVar("_T", CacheLocks, JobBatches)
 LAYOUTS: tuple[Layout, ...] = ("laravel", "askr")
 
 
@@ -178,18 +179,20 @@ class _CounterMixin:
         return self._counter
 
     def cache_locks(self, table: str) -> CacheLocks:
-        if self._database is None:
-            raise LaravelBridgeError("cache locks need a SQL database, not the memory store")
-        if self._locks is None or self._locks.table.name != table:
-            self._locks = CacheLocks(self._database, table)
+        self._locks = self._app_table(CacheLocks, self._locks, table, "cache locks")
         return self._locks
 
     def job_batches(self, table: str) -> JobBatches:
-        if self._database is None:
-            raise LaravelBridgeError("job batches need a SQL database, not the memory store")
-        if self._batches is None or self._batches.table.name != table:
-            self._batches = JobBatches(self._database, table)
+        self._batches = self._app_table(JobBatches, self._batches, table, "job batches")
         return self._batches
+
+    def _app_table(self, kind: type[_T], opened: _T | None, table: str, what: str) -> _T:
+        """``opened`` if it is ``table``, else ``kind`` opened on this table's database."""
+        if self._database is None:
+            raise LaravelBridgeError(f"{what} need a SQL database, not the memory store")
+        if opened is None or opened.table.name != table:
+            opened = kind(self._database, table)
+        return opened
 
     def _close_counter(self) -> None:
         for store in (self._counter, self._locks, self._batches):
