@@ -60,6 +60,31 @@ from .tables import CacheLocks, JobBatches, JobTable, PushJob, ReservedJob, Stor
 
 logger = logging.getLogger(__name__)
 
+
+def _escape_record(record: logging.LogRecord) -> bool:
+    """A stored row's text (a class name, an exception's message) reaches a log line
+    escaped: a lone surrogate would make a UTF-8 log file's handler fail ("--- Logging
+    error ---", the line lost), and a control character would reach the terminal."""
+    if record.exc_info is not None and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    message = record.getMessage()
+    if not _log_safe(message):
+        record.msg, record.args = _log_escaped(message), None
+    if record.exc_text and not _log_safe(record.exc_text):
+        record.exc_text = _log_escaped(record.exc_text)
+    return True
+
+
+def _log_safe(text: str) -> bool:
+    return text.isprintable() or all(c.isprintable() or c in "\n\t" for c in text)
+
+
+def _log_escaped(text: str) -> str:
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+logger.addFilter(_escape_record)
+
 UnknownJobPolicy = Literal["release", "fail"]
 ClaimPolicy = Literal["handled", "all"]
 

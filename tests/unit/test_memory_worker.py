@@ -143,3 +143,28 @@ def test_a_unique_id_hook_that_raises_does_not_stop_the_worker(
     assert ran == [first.uuid, second.uuid]
     assert sum("unique_id of App\\Jobs\\Report's handler raised" in r.getMessage()
                for r in caplog.records) == 1  # fmt: skip
+
+
+def test_a_class_name_no_log_file_can_hold_is_logged_escaped(
+    queue: LaravelQueue, clock: Clock, tmp_path: pytest.TempPathFactory
+) -> None:
+    """A lone surrogate in a stored class name reaches a UTF-8 log file escaped (unescaped,
+    the file's handler fails and the line is lost), a control character too."""
+    import logging
+
+    path = tmp_path / "worker.log"  # type: ignore[operator]
+    handler = logging.FileHandler(path, encoding="utf-8", errors="strict")
+    errors: list[object] = []
+    handler.handleError = errors.append  # type: ignore[method-assign,assignment]
+    logger = logging.getLogger("laravel_bridge.worker")
+    logger.addHandler(handler)
+    try:
+        name = "App\\Jobs\\\udcff\x1bOdd"
+        payload = json.dumps({"uuid": "odd", "job": f"{name}@handle", "data": {}})
+        store_of(queue.table).enqueue(NewJob("default", payload.encode(), max_attempts=255))
+        worker(queue.table, HandlerRegistry(), clock, unknown_jobs="fail").run()
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    text = path.read_text(encoding="utf-8")  # type: ignore[attr-defined]
+    assert errors == [] and "App\\Jobs\\\\udcff\\x1bOdd" in text, text
