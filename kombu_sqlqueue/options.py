@@ -98,6 +98,11 @@ class TransportOptions:
     #: arriving in a burst are collected to be written in one statement; a transient
     #: message with none written this long before is written at once. 0: always at once.
     transient_flush_interval: float = 0.05
+    #: Queues whose rows are not Kombu's envelope: ``{queue: format}``, the format a name
+    #: (``"laravel"``: Laravel's own ``jobs``/``failed_jobs`` tables) or a mapping with the
+    #: name under ``"format"`` and the format's settings beside it (see ``formats.py`` and
+    #: docs/laravel-queue.md, "Celery and Laravel on one queue").
+    queue_formats: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -152,6 +157,16 @@ class TransportOptions:
             raise ConfigurationError(
                 f"create_tables must be True or False, got {values['create_tables']!r}"
             )
+        formats = values.get("queue_formats", {})
+        if not isinstance(formats, Mapping):
+            raise ConfigurationError(
+                f"queue_formats must be a mapping of queue name to format, got {formats!r}"
+            )
+        for queue in formats:
+            try:
+                validate_queue_name(queue)
+            except InvalidQueueName as exc:
+                raise ConfigurationError(f"queue_formats: {exc}") from exc
         base = cls(**{k: v for k, v in values.items() if k != "queue_options"})
         per_queue: dict[str, QueueOptions] = {}
         for queue, raw_queue in dict(values.get("queue_options") or {}).items():

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from kombu.transport import virtual
 
 from .exceptions import StoreConditionError
-from .store import JobContract, Receipt
+from .formats import DeliveryStore, Outcome, settle
+from .store import Receipt
 
 if TYPE_CHECKING:
     from .options import TransportOptions
@@ -86,13 +87,40 @@ class HeldDeliveries:
         return len(self._by_tag)
 
 
+class RecentTags:
+    """Delivery tags settled by their task itself (a queue format's failure, written from
+    the task's thread), so that Kombu's ack or reject after it is expected, not a mistake.
+    Bounded: a tag nobody settles again is forgotten after ``size`` newer ones."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._tags: dict[str, None] = {}
+        self._size = size
+
+    def add(self, tag: str) -> None:
+        with self._lock:
+            self._tags[tag] = None
+            while len(self._tags) > self._size:
+                del self._tags[next(iter(self._tags))]
+
+    def take(self, tag: str) -> bool:
+        """True (and forgotten) if ``tag`` was added."""
+        with self._lock:
+            return self._tags.pop(tag, False) is None
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """One fenced write that settles a delivery: ``write(store)`` is ``False`` when stale."""
 
     held: Held
     verb: str  # "ack" or "reject": for the stale-settlement warning
-    write: Callable[[JobContract], bool]
+    write: Callable[[DeliveryStore], bool]
+    #: The table the delivery's queue lives in (None: the transport's own).
+    store: DeliveryStore | None = None
+    #: On a queue of a format whose task settles its own failure (a Laravel job), from
+    #: another process: a stale settlement there is most likely that, and said quietly.
+    maybe_settled: bool = False
 
 
 class PendingSettlements:
@@ -107,7 +135,7 @@ class PendingSettlements:
     consumer took the message meanwhile.
     """
 
-    def __init__(self, store: JobContract) -> None:
+    def __init__(self, store: DeliveryStore) -> None:
         self.store = store
         #: Guards the list and the reported flag (held briefly, never across a write).
         self._lock = threading.Lock()
@@ -123,7 +151,7 @@ class PendingSettlements:
                 self._pending.append(settlement)
                 return
         try:
-            written = settlement.write(self.store)
+            written = settlement.write(settlement.store or self.store)
         except StoreConditionError as exc:
             self._keep(settlement, exc)
             return
@@ -160,7 +188,7 @@ class PendingSettlements:
                         break
                     settlement = self._pending[0]
                 try:
-                    written = settlement.write(self.store)
+                    written = settlement.write(settlement.store or self.store)
                 except StoreConditionError:
                     return
                 except Exception as exc:
@@ -209,7 +237,15 @@ class PendingSettlements:
 
 def _warn_stale(settlement: Settlement) -> None:
     held = settlement.held
-    if settlement.verb == "ack":
+    if settlement.maybe_settled:
+        logger.info(
+            "%s of job %d on queue %r changed nothing: its task settled it already (a failure, "
+            "by the queue format's rules), or another consumer took it over",
+            settlement.verb,
+            held.receipt.job_id,
+            held.queue,
+        )
+    elif settlement.verb == "ack":
         logger.warning(
             "stale ack: job %d on queue %r was taken over by another consumer after its "
             "reservation lapsed; the ack changed nothing",
@@ -229,12 +265,15 @@ class Renewer:
 
     def __init__(
         self,
-        store: JobContract,
+        store: DeliveryStore,
         held: HeldDeliveries,
         options: TransportOptions,
         pending: PendingSettlements | None = None,
+        store_for: Callable[[str], DeliveryStore] | None = None,
     ) -> None:
         self.store = store
+        #: The table of a held delivery's queue (a queue format may keep its own).
+        self.store_for: Callable[[str], DeliveryStore] = store_for or (lambda _queue: store)
         self.held = held
         self.pending = pending
         self.visibility = options.visibility_timeout
@@ -272,7 +311,13 @@ class Renewer:
         if not held:
             self.held.confirmed_at = started
             return set()
-        still = self.store.renew([h.receipt for h in held.values()], self.visibility)
+        by_store: dict[int, tuple[DeliveryStore, list[Receipt]]] = {}
+        for h in held.values():
+            store = self.store_for(h.queue)
+            by_store.setdefault(id(store), (store, []))[1].append(h.receipt)
+        still: set[Receipt] = set()
+        for store, receipts in by_store.values():
+            still |= store.renew(receipts, self.visibility)
         self.held.confirmed_at = started
         lost = {tag for tag, h in held.items() if h.receipt not in still}
         # A tag acked between the snapshot and the renewal is gone from the
@@ -310,19 +355,28 @@ class QoS(virtual.QoS):
     channel: Any
 
     def _settle(self, delivery_tag: str) -> Held | None:
-        held: Held | None = self.channel.connection.held.pop(delivery_tag)
-        if held is None:
+        connection = self.channel.connection
+        held: Held | None = connection.held.pop(delivery_tag)
+        if held is None and not connection.settled_by_task.take(delivery_tag):
             logger.warning(
                 "delivery %s is not held by this process; nothing to settle", delivery_tag
             )
         return held
+
+    def _settlement(
+        self, held: Held, verb: str, write: Callable[[DeliveryStore], bool]
+    ) -> Settlement:
+        connection = self.channel.connection
+        store = connection.store_for(held.queue)
+        maybe = held.queue in connection.formats
+        return Settlement(held, verb, write, store, maybe_settled=maybe)
 
     def ack(self, delivery_tag: str) -> None:
         """Delete the job, unless its reservation was taken over (then: stale, logged)."""
         held = self._settle(delivery_tag)
         if held is not None:
             receipt = held.receipt
-            settlement = Settlement(held, "ack", lambda store: store.ack(receipt))
+            settlement = self._settlement(held, "ack", lambda store: store.ack(receipt))
             self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
 
@@ -332,28 +386,49 @@ class QoS(virtual.QoS):
         counted). ``requeue=False``: dead-letter with a reason."""
         self._reject(delivery_tag, requeue, backoff=False)
 
-    def release_failed(self, delivery_tag: str) -> None:
+    def release_failed(self, delivery_tag: str, reason: str = "the consumer raised") -> None:
         """Release a delivery whose consumer raised, after the queue's backoff: the error
-        may be transient (a database down), and a retry at once would likely meet it too."""
-        self._reject(delivery_tag, True, backoff=True)
+        may be transient (a database down), and a retry at once would likely meet it too.
+        On a queue of another format, that format's rules for a failure apply."""
+        self._reject(delivery_tag, True, backoff=True, reason=reason)
 
-    def _reject(self, delivery_tag: str, requeue: bool, *, backoff: bool) -> None:
+    def _reject(
+        self, delivery_tag: str, requeue: bool, *, backoff: bool, reason: str | None = None
+    ) -> None:
+        fmt = self.channel.connection.formats.get(self._queue_of(delivery_tag))
         held = self._settle(delivery_tag)
-        if held is not None:
+        if held is not None and fmt is not None:
+            message = self._delivered.get(delivery_tag)
+            headers = getattr(message, "headers", None) or {}
+            outcome: Outcome = (
+                fmt.failed(held.queue, headers, reason, timed_out=False)
+                if backoff and reason is not None
+                else fmt.rejected(held.queue, headers, held.attempts, requeue)
+            )
+            receipt = held.receipt
+            settlement = self._settlement(
+                held, "reject", lambda store: settle(store, receipt, outcome)
+            )
+            self.channel.connection.pending.settle(settlement)
+        elif held is not None:
             receipt = held.receipt
             if requeue:
                 policy = self.channel.options.for_queue(held.queue).backoff
                 delay = policy.delay(held.attempts) if backoff else 0.0
-                settlement = Settlement(
+                settlement = self._settlement(
                     held, "reject", lambda store: store.release(receipt, delay=delay)
                 )
             else:
-                reason = f"rejected by the consumer without requeue (attempt {held.attempts})"
-                settlement = Settlement(
-                    held, "reject", lambda store: store.dead_letter(receipt, reason)
+                why = f"rejected by the consumer without requeue (attempt {held.attempts})"
+                settlement = self._settlement(
+                    held, "reject", lambda store: store.dead_letter(receipt, why)
                 )
             self.channel.connection.pending.settle(settlement)
         self._quick_ack(delivery_tag)
+
+    def _queue_of(self, delivery_tag: str) -> str | None:
+        held = self.channel.connection.held.get(delivery_tag)
+        return None if held is None else held.queue
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
         """Hand back every unsettled delivery: ready now, the unstarted attempt refunded."""
@@ -365,7 +440,7 @@ class QoS(virtual.QoS):
             if held is None:
                 continue
             try:
-                self.channel.store.return_job(held.receipt)
+                self.channel.connection.store_for(held.queue).return_job(held.receipt)
             except Exception as exc:
                 errors.append((exc, message))
         return errors

@@ -65,9 +65,10 @@ from .exceptions import (
     StoreError,
 )
 from .expiry import QueueKeeper
+from .formats import DeliveryStore, QueueFormat, Undeliverable, load_formats, settle
 from .isolation import RedeliveryIsolation
 from .options import TransportOptions
-from .qos import Held, HeldDeliveries, PendingSettlements, QoS, Renewer
+from .qos import Held, HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
 from .registration import database_url, register
 from .routing import RoutingCache
 from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
@@ -121,6 +122,10 @@ class Channel(virtual.Channel):
 
     def _store(self, queue: str, message: dict[str, Any], *, hold_transient: bool) -> None:
         validate_queue_name(queue)  # here, not in the writer's thread a moment later
+        fmt = self.connection.formats.get(queue)
+        if fmt is not None:  # another format's row, in its table: written now
+            self.connection.store_for(queue).enqueue(fmt.write(queue, message))
+            return
         job = self._new_job(queue, message)
         if hold_transient and is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
@@ -136,17 +141,23 @@ class Channel(virtual.Channel):
 
     # -- consuming --------------------------------------------------------------------
 
-    def _decode(self, job: ClaimedJob) -> dict[str, Any] | None:
-        """The delivery of ``job``, or None after dead-lettering an unreadable row."""
+    def _decode(self, job: ClaimedJob, store: DeliveryStore) -> dict[str, Any] | None:
+        """The delivery of ``job``, or None after dead-lettering an unreadable row (or one
+        its queue's format will not hand out)."""
+        fmt = self.connection.formats.get(job.queue)
         try:
-            return delivery(job, read_message(job.payload, self.codecs))
+            if fmt is None:
+                return delivery(job, read_message(job.payload, self.codecs))
+            return delivery(job, fmt.read(job))
+        except Undeliverable as exc:
+            reason = str(exc)
         except MalformedMessage as exc:
-            why = str(exc)
+            reason = f"malformed stored message: {exc}"
         except Exception as exc:  # a check that itself failed: still the row's fault
-            why = f"{type(exc).__name__}: {exc}"
-        reason = f"malformed stored message: {why}"
-        logger.error("job %d on queue %r: %s; moved to askr_failed_jobs", job.id, job.queue, reason)
-        self.store.dead_letter(job.receipt, reason)
+            reason = f"malformed stored message: {type(exc).__name__}: {exc}"
+        where = "askr_failed_jobs" if fmt is None else f"the failed table of format {fmt.name}"
+        logger.error("job %d on queue %r: %s; moved to %s", job.id, job.queue, reason, where)
+        store.dead_letter(job.receipt, reason)
         return None
 
     def _claim(self, queue: str, n: int, *, isolate: bool = False) -> list[dict[str, Any]]:
@@ -159,8 +170,9 @@ class Channel(virtual.Channel):
         if n <= 0:
             return []
         limit = self.options.for_queue(queue).max_attempts
+        store = self.connection.store_for(queue)
         try:
-            jobs = self.store.claim(queue, n, self.options.visibility_timeout, limit).jobs
+            jobs = store.claim(queue, n, self.options.visibility_timeout, limit).jobs
         except StoreConditionError as exc:
             self.connection.report_condition(exc)
             return []
@@ -170,20 +182,20 @@ class Channel(virtual.Channel):
         messages: list[dict[str, Any]] = []
         try:
             if isolate:
-                jobs = self._isolate_redelivered(jobs)
+                jobs = self._isolate_redelivered(jobs, queue)
             for job in jobs:
                 if not noack:  # held first: a failure below hands it back
                     held.add(delivery_tag(job.receipt), Held(job.receipt, queue, job.attempts))
-                message = self._decode(job)
+                message = self._decode(job, store)
                 if message is None:
                     held.pop(delivery_tag(job.receipt))
                 else:
                     messages.append(message)
             if noack and messages:
                 # no_ack consumers (Celery's pidbox, events) settle on receipt: one statement.
-                self.store.ack_many([receipt_of(m["properties"]["delivery_tag"]) for m in messages])
+                store.ack_many([receipt_of(m["properties"]["delivery_tag"]) for m in messages])
         except BaseException:
-            self._hand_back([job.receipt for job in jobs])
+            self._hand_back([job.receipt for job in jobs], queue)
             raise
         if messages and not noack:
             self.connection.renewer.ensure_started()
@@ -262,12 +274,12 @@ class Channel(virtual.Channel):
             )
         ]
 
-    def _isolate_redelivered(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+    def _isolate_redelivered(self, jobs: list[ClaimedJob], queue: str) -> list[ClaimedJob]:
         """The jobs of a claim to deliver (a redelivered one alone: see isolation.py);
         the others are handed back, attempts refunded."""
         deliver, back = self._isolation.select(jobs, self._holds_deliveries())
         if back:
-            self._hand_back([job.receipt for job in back])
+            self._hand_back([job.receipt for job in back], queue)
         return deliver
 
     def _isolating(self) -> bool:
@@ -291,12 +303,12 @@ class Channel(virtual.Channel):
                 if not self._still_ours(tag):
                     continue
             except BaseException:
-                self._hand_back([receipt_of(t) for t in tags[index:]])
+                self._hand_back([receipt_of(t) for t in tags[index:]], queue)
                 raise
             try:
                 callback(message, queue)
             except BaseException as exc:
-                self._hand_back([receipt_of(t) for t in tags[index + 1 :]])
+                self._hand_back([receipt_of(t) for t in tags[index + 1 :]], queue)
                 if isinstance(exc, Exception) and tag in self.connection.held:
                     logger.error(
                         "the consumer raised on delivery %s of queue %r (%s: %s); "
@@ -306,7 +318,7 @@ class Channel(virtual.Channel):
                         type(exc).__name__,
                         exc,
                     )
-                    self.qos.release_failed(tag)
+                    self.qos.release_failed(tag, f"{type(exc).__name__}: {exc}")
                 raise
 
     def _still_ours(self, tag: str) -> bool:
@@ -322,7 +334,8 @@ class Channel(virtual.Channel):
             visibility = self.options.visibility_timeout
             if monotonic() - max(entry.claimed_at, held.confirmed_at) < visibility:
                 return True
-            lost = entry.receipt not in self.store.renew([entry.receipt], visibility)
+            store = self.connection.store_for(entry.queue)
+            lost = entry.receipt not in store.renew([entry.receipt], visibility)
         if lost:
             held.pop(tag)
             logger.warning(
@@ -334,7 +347,7 @@ class Channel(virtual.Channel):
             return False
         return True
 
-    def _hand_back(self, receipts: list[Receipt]) -> None:
+    def _hand_back(self, receipts: list[Receipt], queue: str) -> None:
         """Return claimed messages never handed to the consumer: ready now, attempt refunded.
 
         Best effort: they leave this process's held set first (so nobody renews them), and
@@ -343,9 +356,10 @@ class Channel(virtual.Channel):
         held = self.connection.held
         for receipt in receipts:
             held.pop(delivery_tag(receipt))
+        store = self.connection.store_for(queue)
         for receipt in receipts:
             try:
-                self.store.return_job(receipt)
+                store.return_job(receipt)
             except StoreError as exc:
                 logger.warning(
                     "could not hand back claimed messages (%s); they come back when their "
@@ -427,6 +441,8 @@ class Channel(virtual.Channel):
         self.connection.queue_keeper.forget(queue)
         self.routes.set_message_ttl(queue, None)
         self.store.topology.drop_queue(queue)  # its jobs, bindings and lifetime, at once
+        if queue in self.connection.format_stores:
+            self.connection.store_for(queue).delete_queue(queue)
         return None
 
     def _forget_table(self, exchange: str) -> None:
@@ -547,13 +563,13 @@ class Channel(virtual.Channel):
         return True
 
     def _size(self, queue: str) -> int:
-        return self.store.size(queue)
+        return self.connection.store_for(queue).size(queue)
 
     def _purge(self, queue: str) -> int:
-        return self.store.purge(queue)
+        return self.connection.store_for(queue).purge(queue)
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        self.store.delete_queue(queue)
+        self.connection.store_for(queue).delete_queue(queue)
 
 
 class Transport(virtual.Transport):
@@ -599,13 +615,61 @@ class Transport(virtual.Transport):
         #: The database URL in use (after a failover switch, not Kombu's hostname).
         self.database_url = url
         self.store: JobContract = open_store(url, self.options.store_options())
+        #: Queue → its format, for the queues ``queue_formats`` names (the rest: Kombu's).
+        self.formats: dict[str, QueueFormat] = load_formats(self.options.queue_formats)
+        #: Queue → the table its format keeps its rows in, when not ``askr_jobs``.
+        self.format_stores: dict[str, DeliveryStore] = self._open_format_stores(url)
         self.held = HeldDeliveries()
+        #: Deliveries whose task settled them itself (see :meth:`fail_delivery`).
+        self.settled_by_task = RecentTags()
         self.pending = PendingSettlements(self.store)
-        self.renewer = Renewer(self.store, self.held, self.options, self.pending)
+        self.renewer = Renewer(self.store, self.held, self.options, self.pending, self.store_for)
         self.queue_keeper = QueueKeeper(self.store)
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
         self._condition_reported = False
+
+    def _open_format_stores(self, url: str) -> dict[str, DeliveryStore]:
+        opened: dict[int, DeliveryStore | None] = {}
+        stores: dict[str, DeliveryStore] = {}
+        for queue, fmt in self.formats.items():
+            if id(fmt) not in opened:
+                opened[id(fmt)] = fmt.open_store(url, self.options.store_options())
+            store = opened[id(fmt)]
+            if store is not None:
+                stores[queue] = store
+        return stores
+
+    def store_for(self, queue: str) -> DeliveryStore:
+        """The table ``queue``'s rows live in: its format's, or the transport's own."""
+        return self.format_stores.get(queue, self.store)
+
+    def fail_delivery(
+        self,
+        queue: str,
+        tag: str,
+        headers: dict[str, Any],
+        reason: str,
+        *,
+        timed_out: bool = False,
+    ) -> bool:
+        """Settle delivery ``tag`` of ``queue`` — a queue of another format — as failed with
+        ``reason``, by its format's rules (a retry with backoff, or the failed table).
+
+        For a task that reports its own failure: Celery runs a task in a pool process that
+        does not hold the message, so the Laravel format's signal handler calls this there
+        (from any process: the write is fenced by the delivery's reservation). False, and
+        nothing written, when the delivery is no longer held (already settled: acked when
+        the task started, or taken over)."""
+        fmt = self.formats.get(queue)
+        if fmt is None:
+            raise ValueError(f"queue {queue!r} has no queue format; fail_delivery is for those")
+        outcome = fmt.failed(queue, headers, reason, timed_out=timed_out)
+        written = settle(self.store_for(queue), receipt_of(tag), outcome)
+        if self.held.pop(tag) is not None:
+            # Held here (a thread or solo pool): Kombu's ack or reject of it follows.
+            self.settled_by_task.add(tag)
+        return written
 
     # kombu's two base classes declare this differently; we match the virtual one.
     def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]
@@ -658,6 +722,8 @@ class Transport(virtual.Transport):
     def establish_connection(self) -> Any:
         """Open the database now (creating the tables if needed), so a bad URL fails here."""
         self.store.ensure_ready()
+        for store in self.format_stores.values():
+            store.ensure_ready()
         return super().establish_connection()
 
     def close_connection(self, connection: Any) -> None:
@@ -671,6 +737,8 @@ class Transport(virtual.Transport):
             self.pending.give_up()
             self.queue_keeper.stop()
             self.store.close()
+            for store in {id(s): s for s in self.format_stores.values()}.values():
+                store.close()
 
     def driver_version(self) -> str:
         return driver_version()

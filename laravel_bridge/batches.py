@@ -1,7 +1,7 @@
 """``Bus::batch`` jobs run by Python: the batch's options, and its callbacks handed to PHP.
 
 A batched job run or failed by the Python worker is recorded in ``job_batches`` as
-Laravel's ``DatabaseBatchRepository`` records it (``kombu_sqlqueue.store.laravel_tables.
+Laravel's ``DatabaseBatchRepository`` records it (``laravel_bridge.laravel_tables.
 JobBatches``). The batch's ``then`` / ``catch`` / ``finally`` callbacks are PHP closures,
 serialized in the batch's ``options``: Python cannot run them, so when Laravel would call
 them (``Batch::recordSuccessfulJob`` / ``recordFailedJob``) the worker queues a **queued

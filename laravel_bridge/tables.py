@@ -1,7 +1,7 @@
 """The two table layouts a Laravel job can live in, behind one interface.
 
 * ``laravel`` — Laravel's own ``jobs``/``failed_jobs`` tables, with Laravel's
-  database-queue rules (see :mod:`kombu_sqlqueue.store.laravel_tables`), so
+  database-queue rules (see :mod:`laravel_bridge.laravel_tables`), so
   ``php artisan queue:work``, ``queue:failed`` and ``queue:retry`` keep working.
 * ``askr`` — contract v1's ``askr_jobs``/``askr_failed_jobs`` (the table the
   Kombu transport uses), with a Laravel payload in the ``payload`` column; also
@@ -28,7 +28,10 @@ from kombu_sqlqueue.store import (
     open_store,
 )
 from kombu_sqlqueue.store.database import Database
-from kombu_sqlqueue.store.laravel_tables import (
+from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
+
+from .exceptions import LaravelBridgeError
+from .laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
     BatchCounts,
     CacheLocks,
@@ -37,9 +40,6 @@ from kombu_sqlqueue.store.laravel_tables import (
     LaravelRow,
     LaravelTableStore,
 )
-from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
-
-from .exceptions import LaravelBridgeError
 
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",

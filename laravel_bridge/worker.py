@@ -56,6 +56,7 @@ from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, chain_successor, parse_job
 from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
+from .rules import attempted_too_many, backoff_delay, exceeded_before_start, out_of_attempts
 from .tables import CacheLocks, JobBatches, JobTable, PushJob, ReservedJob, StoreOptions
 
 logger = logging.getLogger(__name__)
@@ -594,18 +595,11 @@ class Worker:
         )
         payload = parsed.payload
         max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
-        retry_until = payload.retry_until
         reason: BaseException = exc
         if timed_out:
-            reason = MaxAttemptsExceeded(
-                f"{parsed.name} has been attempted too many times or run too long. "
-                "The job may have previously timed out."
-            )
+            reason = MaxAttemptsExceeded(attempted_too_many(parsed.name))
             reason.__cause__ = exc
-        if retry_until and retry_until <= int(self.clock()):
-            self._fail(job, parsed, reason, handler)
-            return
-        if not retry_until and max_tries > 0 and job.attempts >= max_tries:
+        if out_of_attempts(job.attempts, int(self.clock()), max_tries, payload.retry_until):
             self._fail(job, parsed, reason, handler)
             return
         if self._max_exceptions_reached(parsed):
@@ -618,21 +612,11 @@ class Worker:
 
     def _fail_if_already_exceeded(self, job: ReservedJob, parsed: Job) -> None:
         payload = parsed.payload
-        too_many = MaxAttemptsExceeded(
-            f"{parsed.name} has been attempted too many times or run too long. "
-            "The job may have previously timed out."
-        )
         if job.attempts > self._attempts_cap:
             raise self._cap_reached(parsed)
         max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
-        retry_until = payload.retry_until
-        if retry_until:
-            if int(self.clock()) <= retry_until:
-                return
-            raise too_many
-        if max_tries == 0 or job.attempts <= max_tries:
-            return
-        raise too_many
+        if exceeded_before_start(job.attempts, int(self.clock()), max_tries, payload.retry_until):
+            raise MaxAttemptsExceeded(attempted_too_many(parsed.name))
 
     @property
     def _attempts_cap(self) -> int:
@@ -660,9 +644,7 @@ class Worker:
 
     def _backoff(self, job: ReservedJob, parsed: Job) -> int:
         """Laravel's ``calculateBackoff``: the entry for this attempt, else the last."""
-        backoff = parsed.payload.backoff or list(self.options.backoff) or [0]
-        index = job.attempts - 1
-        return max(0, int(backoff[index] if 0 <= index < len(backoff) else backoff[-1]))
+        return backoff_delay(parsed.payload.backoff or list(self.options.backoff), job.attempts)
 
     def _release(self, job: ReservedJob, parsed: Job, delay: float) -> None:
         delay = min(max(0.0, delay), MAX_DELAY_SECONDS)  # available_at is a 32-bit column

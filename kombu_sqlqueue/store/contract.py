@@ -184,7 +184,8 @@ class JobContract(Protocol):
 
 class ExceptionCounts(Protocol):
     """Laravel's ``maxExceptions`` counts, shared by the workers of one store
-    (:class:`~.laravel_tables.ExceptionCounter`, :class:`~.memory.MemoryExceptionCounter`)."""
+    (``laravel_bridge.laravel_tables.ExceptionCounter``,
+    :class:`~.memory.MemoryExceptionCounter`)."""
 
     def increment(self, uuid: str) -> int:
         """Count one more exception of job ``uuid``; return the count."""

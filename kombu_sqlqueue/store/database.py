@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
-from ..exceptions import ConfigurationError, InvalidURL, SchemaMismatch
+from ..exceptions import ConfigurationError, InvalidURL, MessageTooLarge, SchemaMismatch
 from .engines import ENGINES, BaseEngine
 from .executor import Executor, Tx
 from .schema import TableSpec
@@ -134,6 +134,18 @@ class TableStore:
 
     def _now(self) -> int:
         return int(self.clock())
+
+    def check_payload_size(self, size: int) -> None:
+        """Raise :class:`MessageTooLarge` for a payload of ``size`` bytes that the database
+        would refuse (at once, naming the limit, instead of a failed statement)."""
+        self.ensure_ready()  # a server engine learns its limit on connecting
+        limit = self.engine.max_payload_bytes
+        if size > limit:
+            raise MessageTooLarge(
+                f"a message of {size:,} bytes is larger than {limit:,} bytes, the most "
+                f"database {self._exec.describe} takes in one message: "
+                f"{self.engine.payload_limit_hint()}; nothing was stored"
+            )
 
     # -- schema -------------------------------------------------------------------
 

@@ -259,7 +259,7 @@ class MemoryJobStore:
             int(job.priority),
             available_at,
             None,
-            0,
+            int(job.attempts),
             int(job.max_attempts),
             int(now),
             None,
@@ -675,7 +675,7 @@ def _message_ttl(record: _QueueRecord | None) -> float | None:
 
 class MemoryExceptionCounter:
     """Laravel's ``maxExceptions`` counts in a memory store's name, with
-    :class:`~.laravel_tables.ExceptionCounter`'s rules (a count lasts a day from its first
+    ``laravel_bridge.laravel_tables.ExceptionCounter``'s rules (a count lasts a day from its first
     exception), read on the store's clock."""
 
     #: Laravel keeps a count for a day after it was first written.

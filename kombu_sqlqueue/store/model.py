@@ -31,6 +31,8 @@ class NewJob:
     for the job (a Celery task id), copied into the dead-letter row if it dies;
     ``expires_in`` (seconds, None = never) is its time to live: a job still
     unclaimed then is discarded, as AMQP discards a message past its TTL.
+    ``attempts`` are those it has used already (0 for a new job; a job written again by
+    a format that keeps its own count, such as a retried Laravel job, says how many).
     """
 
     queue: str
@@ -40,6 +42,7 @@ class NewJob:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     uuid: str | None = None
     expires_in: float | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,8 @@ def job_times(job: NewJob, now: float) -> tuple[int, int | None]:
         raise ValueError(f"delay must be >= 0 seconds, got {job.delay!r}")
     if job.max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {job.max_attempts!r}")
+    if not 0 <= job.attempts <= job.max_attempts:
+        raise ValueError(f"attempts must be 0..max_attempts, got {job.attempts!r}")
     expires_at = None if job.expires_in is None else math.ceil(now + max(0.0, job.expires_in))
     return ready_at(now, job.delay), expires_at
 

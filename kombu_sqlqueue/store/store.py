@@ -22,7 +22,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..exceptions import MessageTooLarge
 from ..limits import fit_utf8
 from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
@@ -95,18 +94,6 @@ class JobStore(TableStore):
 
     # -- operations ---------------------------------------------------------------
 
-    def check_payload_size(self, size: int) -> None:
-        """Raise :class:`MessageTooLarge` for a payload of ``size`` bytes that the database
-        would refuse (at once, naming the limit, instead of a failed statement)."""
-        self.ensure_ready()  # a server engine learns its limit on connecting
-        limit = self.engine.max_payload_bytes
-        if size > limit:
-            raise MessageTooLarge(
-                f"a message of {size:,} bytes is larger than {limit:,} bytes, the most "
-                f"database {self._exec.describe} takes in one message: "
-                f"{self.engine.payload_limit_hint()}; nothing was stored"
-            )
-
     def _job_row(self, job: NewJob, now: float) -> dict[str, Any]:
         available_at, expires_at = job_times(job, now)
         self.check_payload_size(len(job.payload))
@@ -115,6 +102,7 @@ class JobStore(TableStore):
             "payload": job.payload,
             "priority": int(job.priority),
             "available_at": available_at,
+            "attempts": int(job.attempts),
             "max_attempts": int(job.max_attempts),
             "created_at": int(now),
             "uuid": job.uuid,

@@ -160,6 +160,19 @@ def test_enqueue_stamps_columns(store: JobContract, clock: Clock) -> None:
     assert (row["reserved_until"], row["attempts"], row["uuid"]) == (None, 0, "u-1")
 
 
+def test_a_job_written_again_keeps_the_attempts_it_used(store: JobContract) -> None:
+    """A format that counts its own attempts (a Celery retry of a Laravel job) writes them."""
+    ready, ready_now = (
+        store.enqueue(job(max_attempts=5, attempts=2)),
+        store.enqueue_many([job(max_attempts=5, attempts=4)]),
+    )
+    assert store.get_job(ready)["attempts"] == 2  # type: ignore[index]
+    claimed = store.claim("q", 2, 30).jobs
+    assert sorted(j.attempts for j in claimed) == [3, 5] and ready_now
+    with pytest.raises(ValueError, match="attempts"):
+        store.enqueue(job(max_attempts=3, attempts=4))
+
+
 def test_bulk_enqueue_is_one_statement_and_keeps_order(
     store: JobContract, clock: Clock, caplog: pytest.LogCaptureFixture, engine_name: str
 ) -> None:

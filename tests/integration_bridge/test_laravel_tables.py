@@ -11,7 +11,7 @@ from laravel_support import sql_engine
 
 from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch
 from kombu_sqlqueue.store import StoreOptions
-from kombu_sqlqueue.store.laravel_tables import LaravelTableStore
+from laravel_bridge.laravel_tables import LaravelTableStore
 
 NOW = 1_800_000_000
 

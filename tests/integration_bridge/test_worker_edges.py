@@ -174,7 +174,7 @@ def test_a_unique_lock_on_another_cache_connection_is_released_there(
     db_url: str, registry: HandlerRegistry, tmp_path: Path
 ) -> None:
     """``cache.stores.database.connection`` names another database: --unique-locks-url."""
-    from kombu_sqlqueue.store.laravel_tables import CacheLocks
+    from laravel_bridge.laravel_tables import CacheLocks
 
     cache_url = f"sqlite:///{tmp_path / 'cache.db'}"
     locks = CacheLocks(cache_url)

@@ -42,6 +42,7 @@ ENQUEUE_COLUMNS = (
     "payload",
     "priority",
     "available_at",
+    "attempts",
     "max_attempts",
     "created_at",
     "uuid",
@@ -400,9 +401,24 @@ class Queries:
                 ),
             )
         )
-        # Fenced by the attempts value the reservation wrote (see laravel_tables.py).
+        # Fenced by the attempts value the reservation wrote (see laravel_bridge/laravel_tables.py).
         fence = sa.and_(j.id == sa.bindparam("job_id"), j.attempts == sa.bindparam("held"))
         self.laravel_delete = sa.delete(jobs).where(fence)
+        # A reservation's row read back (its payload, to release or fail it by id alone:
+        # the Kombu transport holds only the receipt), locked for the settlement after it.
+        self.laravel_held = sa.select(j.queue, j.payload).where(fence).with_for_update()
+        # A reservation renewed: Laravel's workers take a row back once reserved_at is
+        # older than their retry_after, so a long job's holder keeps it fresh.
+        self.laravel_touch = (
+            sa.update(jobs)
+            .where(fence, j.reserved_at.is_not(None))
+            .values(reserved_at=sa.bindparam("now"))
+        )
+        # Kombu's purge: the rows no one holds (seed 004's clear); Laravel's own
+        # DatabaseQueue::clear deletes every row of the queue (laravel_clear).
+        by_queue = j.queue == sa.bindparam("queue")
+        self.laravel_purge = sa.delete(jobs).where(by_queue, j.reserved_at.is_(None))
+        self.laravel_clear = sa.delete(jobs).where(by_queue)
         self.laravel_insert = sa.insert(jobs).values(
             queue=sa.bindparam("queue"),
             attempts=sa.bindparam("attempts"),
@@ -429,7 +445,7 @@ class Queries:
 
     def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
         """The payload from the columns :attr:`laravel_pop_lock` selects after id and
-        attempts."""
+        attempts (and :attr:`laravel_held` after queue)."""
         (payload,) = found
         return payload if isinstance(payload, str) else bytes(payload)
 

@@ -69,10 +69,10 @@ class PostgreSQLQueries(Queries):
         """
         WITH ins AS (
             INSERT INTO askr_jobs
-                   (queue, payload, priority, available_at, max_attempts, created_at, uuid,
-                    expires_at)
-            VALUES (:queue, :payload, :priority, :available_at, :max_attempts, :created_at, :uuid,
-                    :expires_at)
+                   (queue, payload, priority, available_at, attempts, max_attempts, created_at,
+                    uuid, expires_at)
+            VALUES (:queue, :payload, :priority, :available_at, :attempts, :max_attempts,
+                    :created_at, :uuid, :expires_at)
             RETURNING id)
         SELECT id, pg_notify('askr_jobs', CAST(:queue AS TEXT)) FROM ins
         """

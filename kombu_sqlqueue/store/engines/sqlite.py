@@ -82,6 +82,11 @@ class SQLiteQueries(Queries):
         self.laravel_pop_lock_named = self.laravel_named_pop(
             self.laravel_pop_lock, jobs, self.laravel_ready
         )
+        self.laravel_held = self.laravel_held.with_only_columns(
+            j.queue,
+            sa.cast(j.payload, sa.LargeBinary).label("payload"),
+            sa.func.typeof(j.payload).label("payload_type"),
+        )
 
     def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
         raw, kind = found

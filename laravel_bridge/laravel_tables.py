@@ -23,25 +23,31 @@ Laravel's behaviour.
 
 Table names are configurable (Laravel's ``queue.connections.database.table``
 and ``queue.failed.table``), so the statements (each engine's ``laravel_*``, in
-``store/engines/``) are built per store with SQLAlchemy Core; the ``Executor``
-compiles each once.
+``kombu_sqlqueue/store/engines/``: one engine registry serves both table layouts)
+are built per store with SQLAlchemy Core; the ``Executor`` compiles each once.
+
+This module is the bridge's only SQL: it runs on the job-table store's machinery
+(:class:`~kombu_sqlqueue.store.Database`, :class:`~kombu_sqlqueue.store.TableStore`,
+the engines), which knows nothing of Laravel beyond those statements.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..exceptions import ConfigurationError
-from .database import Database, StoreOptions, TableStore
-from .executor import Tx
-from .names import validate_queue_name
-from .schema import (
+from kombu_sqlqueue.exceptions import ConfigurationError
+from kombu_sqlqueue.store import ClaimedJob, ClaimResult, NewJob, Receipt
+from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
+from kombu_sqlqueue.store.executor import Tx
+from kombu_sqlqueue.store.model import check_claim
+from kombu_sqlqueue.store.names import validate_queue_name
+from kombu_sqlqueue.store.schema import (
     MAX_LARAVEL_ATTEMPTS,
     TableSpec,
     laravel_table_specs,
@@ -55,6 +61,7 @@ __all__ = [
     "CacheLocks",
     "ExceptionCounter",
     "JobBatches",
+    "LaravelDeliveries",
     "LaravelRow",
     "LaravelTableStore",
     "laravel_tables",
@@ -352,6 +359,231 @@ class LaravelTableStore(TableStore):
             return tx.rows()
 
         return self._run(work, read_only=True, single=True)
+
+    # -- by reservation alone (id, attempts): what the Kombu transport holds -------------
+
+    def pop_many(
+        self, queue: str, n: int, retry_after: float, classes: Collection[str] | None = None
+    ) -> list[LaravelRow]:
+        """Reserve up to ``n`` jobs of ``queue`` (:meth:`pop`'s rules) in one transaction."""
+        params = self._pop_params(queue, retry_after, classes)
+
+        def work(tx: Tx) -> list[LaravelRow]:
+            rows: list[LaravelRow] = []
+            while len(rows) < n:
+                found = self._pop_in(tx, params)
+                if found is None:
+                    break
+                rows.append(found)
+            return rows
+
+        return self._run(work)
+
+    def _held_in(self, tx: Tx, job_id: int, held: int) -> LaravelRow | None:
+        """The reservation's row, locked; None when it is no longer held (stale)."""
+        found = tx.execute(self.q.laravel_held, {"job_id": job_id, "held": held}).fetchone()
+        if found is None:
+            return None
+        queue, *stored = found
+        return LaravelRow(job_id, str(queue), self.q.laravel_stored_payload(stored), held, 0)
+
+    def delete_held(self, job_id: int, held: int) -> bool:
+        """Delete the job this reservation holds; False when stale."""
+        fence = {"job_id": job_id, "held": held}
+        return bool(
+            self._run(
+                lambda tx: tx.execute(self.q.laravel_delete, fence).rowcount == 1, single=True
+            )
+        )
+
+    def release_held(self, job_id: int, held: int, delay: float, attempts: int) -> bool:
+        """:meth:`release` by reservation alone: the payload read back in the transaction."""
+        now = self.clock()
+
+        def work(tx: Tx) -> bool:
+            row = self._held_in(tx, job_id, held)
+            if row is None:
+                return False
+            tx.execute(self.q.laravel_delete, {"job_id": job_id, "held": held})
+            self.q.laravel_insert_job(tx, self._row(row.queue, row.payload, delay, attempts, now))
+            return True
+
+        return self._run(work)
+
+    def fail_held(
+        self,
+        job_id: int,
+        held: int,
+        connection: str,
+        exception: str,
+        uuid_of: Callable[[str | bytes], str],
+    ) -> bool:
+        """:meth:`fail` by reservation alone; ``uuid_of`` reads the failed row's uuid from
+        the stored payload."""
+        now = laravel_timestamp(self.clock())
+
+        def work(tx: Tx) -> bool:
+            row = self._held_in(tx, job_id, held)
+            if row is None:
+                return False
+            uuid = uuid_of(row.payload)
+            tx.execute(self.q.laravel_delete, {"job_id": job_id, "held": held})
+            tx.execute(self.q.laravel_failed_forget, {"uuid": uuid})
+            tx.execute(
+                self.q.laravel_failed_insert,
+                {
+                    "uuid": uuid,
+                    "connection": connection,
+                    "queue": row.queue,
+                    "payload": row.payload,
+                    "exception": exception,
+                    "failed_at": now,
+                },
+            )
+            return True
+
+        return self._run(work)
+
+    def touch(self, held: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Renew the reservations ``(id, attempts)`` still held (``reserved_at`` = now);
+        return those that were."""
+        now = self._now()
+
+        def work(tx: Tx) -> set[tuple[int, int]]:
+            kept: set[tuple[int, int]] = set()
+            for job_id, attempts in held:
+                fence = {"job_id": job_id, "held": attempts, "now": now}
+                if tx.execute(self.q.laravel_touch, fence).rowcount == 1:
+                    kept.add((job_id, attempts))
+            return kept
+
+        return self._run(work) if held else set()
+
+    def purge(self, queue: str) -> int:
+        """Delete the unreserved jobs of ``queue``; return how many."""
+        validate_queue_name(queue)
+        return int(
+            self._run(
+                lambda tx: tx.execute(self.q.laravel_purge, {"queue": queue}).rowcount, single=True
+            )
+        )
+
+    def clear(self, queue: str) -> int:
+        """Delete every job of ``queue`` (``DatabaseQueue::clear``); return how many."""
+        validate_queue_name(queue)
+        return int(
+            self._run(
+                lambda tx: tx.execute(self.q.laravel_clear, {"queue": queue}).rowcount, single=True
+            )
+        )
+
+
+class LaravelDeliveries:
+    """Laravel's ``jobs`` table as the Kombu transport's deliveries: what
+    ``kombu_sqlqueue.formats.DeliveryStore`` asks, over a :class:`LaravelTableStore`.
+
+    A reservation's receipt is the row's id and the ``attempts`` value its pop wrote
+    (token ``"L<attempts>"``: the fence every settlement here matches). The transport's
+    visibility timeout is the ``retry_after`` of its pops, and its renewals keep a held
+    row's ``reserved_at`` fresh, so a PHP worker (whose own ``retry_after`` should be at
+    least the same) does not take a long job back. ``classes`` (called at each claim)
+    names the only job classes a claim reserves (None: every job). A failed job goes to
+    ``failed_jobs`` under the payload's uuid, with ``connection`` as its connection.
+    """
+
+    TOKEN_PREFIX = "L"
+
+    def __init__(
+        self,
+        store: LaravelTableStore,
+        *,
+        connection: str = "database",
+        classes: Callable[[], Collection[str] | None] = lambda: None,
+        uuid_of: Callable[[str | bytes], str],
+    ) -> None:
+        self.store = store
+        self.connection = connection
+        self.classes = classes
+        self.uuid_of = uuid_of
+
+    def _held(self, receipt: Receipt) -> tuple[int, int] | None:
+        token = receipt.token
+        if not token.startswith(self.TOKEN_PREFIX) or not token[1:].isdigit():
+            return None  # not a reservation of this table: nothing to settle
+        return receipt.job_id, int(token[1:])
+
+    def ensure_ready(self) -> None:
+        self.store.ensure_ready()
+
+    def check_payload_size(self, size: int) -> None:
+        self.store.check_payload_size(size)
+
+    def enqueue(self, job: NewJob) -> int:
+        payload = job.payload.decode("utf-8", "surrogateescape")
+        self.check_payload_size(len(job.payload))
+        return self.store.push(job.queue, payload, job.delay, job.attempts)
+
+    def claim(
+        self, queue: str, n: int, visibility: float, max_attempts: int | None = None
+    ) -> ClaimResult:
+        check_claim(queue, n)
+        rows = self.store.pop_many(queue, n, visibility, self.classes())
+        limit = self.store.attempts_limit
+        return ClaimResult(
+            [
+                ClaimedJob(
+                    row.id,
+                    row.queue,
+                    row.payload.encode("utf-8", "surrogateescape")
+                    if isinstance(row.payload, str)
+                    else row.payload,
+                    0,
+                    row.attempts,
+                    limit,
+                    f"{self.TOKEN_PREFIX}{row.attempts}",
+                    None,
+                )
+                for row in rows
+            ]
+        )
+
+    def ack(self, receipt: Receipt) -> bool:
+        held = self._held(receipt)
+        return held is not None and self.store.delete_held(*held)
+
+    def ack_many(self, receipts: Sequence[Receipt]) -> int:
+        return sum(self.ack(r) for r in receipts)
+
+    def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        held = self._held(receipt)
+        return held is not None and self.store.release_held(*held, delay, held[1])
+
+    def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
+        held = self._held(receipt)
+        return held is not None and self.store.release_held(*held, delay, max(0, held[1] - 1))
+
+    def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
+        by_held = {h: r for r in receipts if (h := self._held(r)) is not None}
+        kept = self.store.touch(list(by_held))
+        return {by_held[h] for h in kept}
+
+    def dead_letter(self, receipt: Receipt, reason: str) -> bool:
+        held = self._held(receipt)
+        return held is not None and self.store.fail_held(
+            *held, self.connection, reason, self.uuid_of
+        )
+
+    def size(self, queue: str) -> int:
+        return self.store.size(queue)
+
+    def purge(self, queue: str) -> int:
+        return self.store.purge(queue)
+
+    def delete_queue(self, queue: str) -> int:
+        return self.store.clear(queue)
+
+    def close(self) -> None:
+        self.store.close()
 
 
 class ExceptionCounter(TableStore):

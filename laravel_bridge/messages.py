@@ -1,0 +1,683 @@
+"""Laravel jobs as Celery task messages: the ``laravel`` queue format of the Kombu transport.
+
+With ``broker_transport_options={"queue_formats": {"php": "laravel"}}`` the queue
+``php`` is Laravel's: its rows are Laravel payloads in Laravel's ``jobs`` table (or, with
+``{"format": "laravel", "layout": "askr"}``, in contract v1's ``askr_jobs``), which
+``php artisan queue:work`` runs too. :class:`LaravelFormat` is what the transport
+(``kombu_sqlqueue.formats``) asks of it:
+
+* **read** — a claimed row becomes a Celery task message (protocol 2): the task name is
+  the class Laravel prints (the job, listener, mailable or notification; or the name the
+  ``tasks`` setting maps it to), ``kwargs`` its properties as Python values (the payload
+  model's: ``datetime``, :class:`~laravel_bridge.ModelIdentifier`,
+  :class:`~laravel_bridge.PhpEnum`, :class:`~laravel_bridge.PhpObject` …), ``retries``
+  its attempts − 1, its ``timeout`` Celery's hard time limit, and Laravel's metadata in
+  the ``laravel`` header. A job past its tries is failed as Laravel fails it, unstarted.
+* **write** — a task sent to the queue (``send_task``, a routed task, a Celery retry)
+  becomes the payload Laravel's worker runs; ``countdown``/``eta`` become
+  ``available_at``. A retry of a job read here writes its own payload back.
+* **failed / rejected** — Laravel's rules (:mod:`laravel_bridge.rules`): released with
+  the payload's backoff while tries and ``retryUntil`` allow, else ``failed_jobs`` with
+  the exception's text, where ``queue:failed`` and ``queue:retry`` find it. A task Celery
+  does not know is handed back (attempt refunded) for the workers that run it.
+
+Values outside JSON travel as Kombu JSON's ``{"__type__": …, "__value__": …}`` objects,
+under this module's markers, registered with Kombu's decoder when the transport loads the
+format (:func:`register_json_types`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import uuid as uuid_module
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from reprlib import Repr
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from kombu.utils import json as kombu_json
+
+from kombu_sqlqueue.envelope import delivery_tag, eta_delay
+from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage
+from kombu_sqlqueue.formats import DeliveryStore, Fail, HandBack, Outcome, Release, Undeliverable
+from kombu_sqlqueue.store import ClaimedJob, NewJob, StoreOptions
+from kombu_sqlqueue.store.database import Database
+
+from . import celery_signals
+from .encryption import Encrypter
+from .exceptions import LaravelBridgeError
+from .job import CLOSURE_COMMAND, MalformedJob, _set, parse_job
+from .laravel_tables import (
+    MAX_LARAVEL_ATTEMPTS,
+    ExceptionCounter,
+    LaravelDeliveries,
+    LaravelTableStore,
+)
+from .payload import (
+    DEFAULT_LARAVEL_VERSION,
+    LARAVEL_VERSIONS,
+    MAX_DELAY_SECONDS,
+    JobCommand,
+    ModelIdentifier,
+    Payload,
+    to_php,
+)
+from .php_serialize import PhpEnum, PhpObject, PhpReference, PhpSerializable
+from .rules import (
+    DEFAULT_TRIES,
+    attempted_too_many,
+    backoff_delay,
+    exceeded_before_start,
+    out_of_attempts,
+)
+from .tables import LAYOUTS, ReservedJob
+from .worker import storable_text
+
+logger = logging.getLogger(__name__)
+
+#: The message header holding Laravel's metadata of a delivered job.
+HEADER = celery_signals.HEADER
+#: Kombu JSON markers of the PHP values that JSON cannot hold.
+DATE, MODEL, ENUM, OBJECT, ARRAY, SERIALIZABLE, REFERENCE = (
+    "php.date",
+    "laravel.model",
+    "php.enum",
+    "php.object",
+    "php.array",
+    "php.serializable",
+    "php.reference",
+)
+_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+_repr = Repr()  # argsrepr/kwargsrepr as Celery shows them: short
+_repr.maxstring = _repr.maxother = 100
+_repr.maxlist = _repr.maxdict = 8
+
+#: The settings a ``queue_formats`` entry of this format takes.
+SETTINGS = frozenset(
+    {
+        "layout",
+        "jobs_table",
+        "failed_table",
+        "connection",
+        "app_key",
+        "cipher",
+        "tasks",
+        "claim",
+        "tries",
+        "backoff",
+        "unknown_delay",
+        "laravel_version",
+    }
+)
+
+
+# -- PHP values in a Celery message -------------------------------------------------------
+
+
+def _tag(marker: str, value: Any) -> dict[str, Any]:
+    return {"__type__": marker, "__value__": value}
+
+
+def to_message(value: Any) -> Any:
+    """A payload-model value as JSON a Celery message carries: JSON's own types as they are,
+    the rest (dates, models, enums, PHP objects, arrays with non-text keys) tagged."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [to_message(v) for v in value]
+    if isinstance(value, tuple):
+        return [to_message(v) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and set(value) != {"__type__", "__value__"}:
+            return {k: to_message(v) for k, v in value.items()}
+        return _tag(ARRAY, [[k, to_message(v)] for k, v in value.items()])
+    if isinstance(value, datetime):
+        zone = getattr(value.tzinfo, "key", None)
+        return _tag(DATE, {"iso": value.isoformat(), "zone": zone})
+    if isinstance(value, ModelIdentifier):
+        return _tag(
+            MODEL,
+            {
+                "class": value.class_name,
+                "id": to_message(value.id),
+                "relations": list(value.relations),
+                "connection": value.connection,
+                "collection_class": value.collection_class,
+            },
+        )
+    if isinstance(value, PhpEnum):
+        return _tag(ENUM, {"class": value.class_name, "case": value.case})
+    if isinstance(value, PhpObject):
+        props = [[k, to_message(v)] for k, v in value.properties.items()]
+        return _tag(OBJECT, {"class": value.class_name, "properties": props})
+    if isinstance(value, PhpSerializable):
+        data = base64.b64encode(value.data).decode("ascii")
+        return _tag(SERIALIZABLE, {"class": value.class_name, "data": data})
+    if isinstance(value, PhpReference):
+        return _tag(REFERENCE, to_message(value.value))
+    raise MalformedMessage(f"a {type(value).__name__} cannot travel in a Laravel job")
+
+
+def _decode_date(value: Any) -> datetime:
+    when = datetime.fromisoformat(value["iso"])
+    zone = value.get("zone")
+    if zone:
+        try:
+            return when.astimezone(ZoneInfo(zone))
+        except (ZoneInfoNotFoundError, ValueError):
+            return when
+    return when
+
+
+def _decode_model(value: Any) -> ModelIdentifier:
+    return ModelIdentifier(
+        value["class"],
+        value["id"],
+        tuple(value.get("relations") or ()),
+        value.get("connection"),
+        value.get("collection_class"),
+    )
+
+
+def _decode_object(value: Any) -> PhpObject:
+    return PhpObject(value["class"], {k: v for k, v in value["properties"]})
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    DATE: _decode_date,
+    MODEL: _decode_model,
+    ENUM: lambda v: PhpEnum(v["class"], v["case"]),
+    OBJECT: _decode_object,
+    ARRAY: lambda v: {k: item for k, item in v},
+    SERIALIZABLE: lambda v: PhpSerializable(v["class"], base64.b64decode(v["data"])),
+    REFERENCE: PhpReference,
+}
+
+
+def from_message(value: Any) -> Any:
+    """Python values from a message's JSON (as :func:`to_message` and Kombu's own
+    ``datetime``/``date``/``decimal``/``uuid`` markers write them), for a message whose body
+    was not decoded by Kombu."""
+    if isinstance(value, list):
+        return [from_message(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__type__", "__value__"}:
+            inner = from_message(value["__value__"])
+            decoder = _DECODERS.get(value["__type__"]) or kombu_json._decoders.get(
+                value["__type__"]
+            )
+            if decoder is None:
+                raise MalformedMessage(f"unknown JSON type {value['__type__']!r} in the message")
+            return decoder(inner)
+        return {k: from_message(v) for k, v in value.items()}
+    return value
+
+
+_registered = False
+_register_lock = threading.Lock()
+
+
+def register_json_types() -> None:
+    """Teach Kombu's JSON these values both ways: a consumer decodes the markers, a producer
+    encodes :class:`ModelIdentifier`, :class:`PhpEnum`, :class:`PhpObject` …"""
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        kinds: list[tuple[type, str]] = [
+            (ModelIdentifier, MODEL),
+            (PhpEnum, ENUM),
+            (PhpObject, OBJECT),
+            (PhpSerializable, SERIALIZABLE),
+            (PhpReference, REFERENCE),
+            # Written only by this module (a Python datetime goes as Kombu's own "datetime",
+            # a dict with text keys as a dict): decoders, under a type nobody has.
+            (_DateMarker, DATE),
+            (_ArrayMarker, ARRAY),
+        ]
+        for kind, marker in kinds:
+            kombu_json.register_type(kind, marker, _inner, _DECODERS[marker])
+        _registered = True
+
+
+class _DateMarker:
+    pass
+
+
+class _ArrayMarker:
+    pass
+
+
+def _inner(value: Any) -> Any:
+    """What Kombu's JSON wraps in ``{"__type__": marker, "__value__": …}`` for ``value``."""
+    return to_message(value)["__value__"]
+
+
+# -- the format ------------------------------------------------------------------------------
+
+
+def _uuid_of(payload: str | bytes) -> str:
+    """A failed row's uuid: the payload's, or a new one for a row that has none."""
+    try:
+        found = json.loads(payload).get("uuid")
+    except (ValueError, AttributeError):
+        found = None
+    if isinstance(found, str) and found and len(found) <= 255 and found.isprintable():
+        return found
+    return str(uuid_module.uuid4())
+
+
+def _int_setting(settings: Mapping[str, Any], name: str, default: int) -> int:
+    value = settings.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"laravel queue format: {name} must be an int >= 0, got {value!r}")
+    return value
+
+
+class LaravelFormat:
+    """The ``laravel`` queue format (see the module). ``settings``, beside ``format``:
+
+    ``layout`` (``"laravel"``, the default: Laravel's ``jobs``/``failed_jobs``, named by
+    ``jobs_table``/``failed_table``; or ``"askr"``: contract v1's tables), ``connection``
+    (the Laravel connection written to ``failed_jobs``, ``"database"``), ``app_key`` and
+    ``cipher`` (to read ``ShouldBeEncrypted`` jobs), ``tasks`` (``{php class: task
+    name}`` where a task is not named after the class), ``claim`` (``"handled"``: on
+    Laravel's table reserve only the jobs of classes with a task in the Celery app, leaving
+    the rest to PHP; ``"all"``), ``tries`` and ``backoff`` (Laravel's ``--tries`` /
+    ``--backoff`` for a job that names none: 1 and 0), ``unknown_delay`` (seconds before a
+    job Celery has no task for is offered again, 60), ``laravel_version`` (the payload keys
+    a job sent from Celery gets, 8).
+    """
+
+    name = "laravel"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        unknown = set(settings) - SETTINGS
+        if unknown:
+            raise ConfigurationError(
+                f"laravel queue format: unknown settings {sorted(unknown)}; "
+                f"known: {sorted(SETTINGS)}"
+            )
+        self.layout = settings.get("layout", "laravel")
+        if self.layout not in LAYOUTS:
+            raise ConfigurationError(
+                f"laravel queue format: layout must be one of {', '.join(LAYOUTS)}, "
+                f"got {self.layout!r}"
+            )
+        self.jobs_table = str(settings.get("jobs_table", "jobs"))
+        self.failed_table = str(settings.get("failed_table", "failed_jobs"))
+        self.connection = str(settings.get("connection", "database"))
+        key = settings.get("app_key")
+        self.encrypter = Encrypter(key, settings.get("cipher", "AES-256-CBC")) if key else None
+        tasks = settings.get("tasks") or {}
+        if not isinstance(tasks, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tasks.items()
+        ):
+            raise ConfigurationError(
+                "laravel queue format: tasks maps PHP class names to Celery task names"
+            )
+        self.task_names: dict[str, str] = {k.lstrip("\\"): v for k, v in tasks.items()}
+        self.classes_by_task = {v: k for k, v in self.task_names.items()}
+        self.claim = settings.get("claim", "handled")
+        if self.claim not in ("handled", "all"):
+            raise ConfigurationError(
+                f"laravel queue format: claim must be 'handled' or 'all', got {self.claim!r}"
+            )
+        self.tries = _int_setting(settings, "tries", DEFAULT_TRIES)
+        backoff = settings.get("backoff", 0)
+        steps = [backoff] if isinstance(backoff, int) else backoff
+        if not isinstance(steps, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in steps
+        ):
+            raise ConfigurationError(
+                f"laravel queue format: backoff is seconds or a list of them, got {backoff!r}"
+            )
+        self.backoff: list[int] = steps
+        self.unknown_delay = float(_int_setting(settings, "unknown_delay", 60))
+        self.laravel_version = settings.get("laravel_version", DEFAULT_LARAVEL_VERSION)
+        if self.laravel_version not in LARAVEL_VERSIONS:
+            raise ConfigurationError(
+                f"laravel queue format: laravel_version must be one of {LARAVEL_VERSIONS}"
+            )
+        self._counter: ExceptionCounter | None = None
+        self._database: Database | None = None
+        self._url: str | None = None
+        self._handled: tuple[int, frozenset[str]] | None = None
+        #: task id → (queue, delivery tag, laravel header) of what this process delivered:
+        #: Celery reports a hard time limit from the process that holds the message, where
+        #: the task's request is not at hand.
+        self.delivered: OrderedDict[str, tuple[str, str, dict[str, Any]]] = OrderedDict()
+        self._delivered_lock = threading.Lock()
+        register_json_types()
+        celery_signals.connect(self)
+
+    # -- the table -----------------------------------------------------------------------
+
+    def open_store(self, url: str, options: StoreOptions) -> DeliveryStore | None:
+        self._url = url
+        if self.layout == "askr":
+            return None  # contract v1's askr_jobs: the transport's own store
+        store = LaravelTableStore(
+            url, jobs_table=self.jobs_table, failed_table=self.failed_table, options=options
+        )
+        self._database = store.database  # the exception counts share its pool, and close
+
+        classes = self.handled_classes if self.claim == "handled" else (lambda: None)
+        return LaravelDeliveries(
+            store, connection=self.connection, classes=classes, uuid_of=_uuid_of
+        )
+
+    def handled_classes(self) -> Collection[str] | None:
+        """The PHP classes with a task in the Celery app (None, every class, outside one)."""
+        tasks = celery_signals.registered_tasks()
+        if tasks is None:
+            return None
+        cached = self._handled
+        if cached is not None and cached[0] == len(tasks):
+            return cached[1]
+        classes = frozenset(self.classes_by_task.get(t, t) for t in tasks)
+        self._handled = (len(tasks), classes)
+        return classes
+
+    # -- reading ------------------------------------------------------------------------
+
+    def task_name(self, class_name: str) -> str:
+        """The Celery task that runs PHP class ``class_name``."""
+        return self.task_names.get(class_name.lstrip("\\"), class_name)
+
+    def read(self, job: ClaimedJob) -> dict[str, Any]:
+        try:
+            text: str | bytes = job.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            text = bytes(job.payload)
+        try:
+            parsed = parse_job(
+                ReservedJob(job.id, job.queue, text, job.attempts, None), encrypter=self.encrypter
+            )
+        except MalformedJob as exc:
+            raise MalformedMessage(f"not a Laravel job it can read: {exc}") from exc
+        payload = parsed.payload
+        max_tries = payload.max_tries if payload.max_tries is not None else self.tries
+        now = int(datetime.now(UTC).timestamp())
+        if exceeded_before_start(job.attempts, now, max_tries, payload.retry_until):
+            raise Undeliverable(
+                f"Illuminate\\Queue\\MaxAttemptsExceededException: "
+                f"{attempted_too_many(parsed.name)}"
+            )
+        if parsed.kind == "listener":
+            args, kwargs = parsed.arguments, parsed.properties
+        elif parsed.kind == "notification":
+            args, kwargs = [parsed.notifiables, parsed.channels], parsed.properties
+        else:
+            args, kwargs = [], parsed.properties
+        if parsed.kind == "closure":
+            args, kwargs = [], {}
+        name = CLOSURE_COMMAND if parsed.kind == "closure" else self.task_name(parsed.name)
+        meta = {
+            "uuid": parsed.uuid,
+            "class": parsed.name,
+            "kind": parsed.kind,
+            "queue": job.queue,
+            "attempts": job.attempts,
+            "tries": payload.max_tries,
+            "backoff": payload.backoff or None,
+            "retryUntil": payload.retry_until,
+            "timeout": payload.timeout,
+            "maxExceptions": payload.max_exceptions,
+            "failOnTimeout": payload.fail_on_timeout,
+            "payload": text if isinstance(text, str) else None,
+        }
+        try:
+            body = json.dumps([to_message(args), to_message(kwargs), _EMBED])
+        except (MalformedMessage, ValueError, RecursionError) as exc:
+            raise MalformedMessage(f"the job's values cannot be a Celery message: {exc}") from exc
+        headers = {
+            "lang": "py",
+            "task": name,
+            "id": parsed.uuid,
+            "shadow": None,
+            "eta": None,
+            "expires": None,
+            "group": None,
+            "group_index": None,
+            "retries": max(0, job.attempts - 1),
+            "timelimit": [payload.timeout or None, None],
+            "root_id": parsed.uuid,
+            "parent_id": None,
+            "argsrepr": _repr.repr(args),
+            "kwargsrepr": _repr.repr(kwargs),
+            "origin": f"laravel:{job.queue}",
+            "ignore_result": False,
+            HEADER: meta,
+        }
+        self._remember(parsed.uuid, job.queue, delivery_tag(job.receipt), meta)
+        return {
+            "body": body,
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                "correlation_id": parsed.uuid,
+                "reply_to": None,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": job.queue},
+                "priority": 0,
+            },
+        }
+
+    def _remember(self, task_id: str, queue: str, tag: str, meta: dict[str, Any]) -> None:
+        with self._delivered_lock:
+            self.delivered[task_id] = (queue, tag, meta)
+            while len(self.delivered) > 4096:
+                self.delivered.popitem(last=False)
+
+    def delivery_of(self, task_id: str) -> tuple[str, str, dict[str, Any]] | None:
+        """(queue, delivery tag, laravel header) of a job this process delivered."""
+        with self._delivered_lock:
+            return self.delivered.get(task_id)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def write(self, queue: str, message: dict[str, Any]) -> NewJob:
+        headers = message.get("headers") or {}
+        task, task_id = headers.get("task"), headers.get("id")
+        if not isinstance(task, str) or not isinstance(task_id, str):
+            raise MalformedMessage(
+                f"queue {queue!r} holds Laravel jobs: only Celery task messages can go there"
+            )
+        args, kwargs = self._task_arguments(queue, message)
+        retries = headers.get("retries") or 0
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise MalformedMessage(f"retries is {retries!r}, not a count")
+        attempts = min(retries, MAX_LARAVEL_ATTEMPTS)
+        delay = min(eta_delay(headers), float(MAX_DELAY_SECONDS))
+        meta = headers.get(HEADER)
+        meta = meta if isinstance(meta, Mapping) else {}
+        stored = meta.get("payload")
+        if isinstance(stored, str) and meta.get("uuid") == task_id:
+            text = self._again(stored, kwargs)
+        else:
+            if args:
+                raise MalformedMessage(
+                    f"a Laravel job takes keyword arguments (its properties), not positional "
+                    f"ones: send_task({task!r}, kwargs={{…}}) got args={_repr.repr(args)}"
+                )
+            text = self._build(queue, self.classes_by_task.get(task, task), task_id, meta, kwargs)
+        return NewJob(
+            queue,
+            text.encode("utf-8"),
+            delay=delay,
+            max_attempts=MAX_LARAVEL_ATTEMPTS,
+            uuid=task_id,
+            attempts=attempts,
+        )
+
+    def _task_arguments(
+        self, queue: str, message: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        if message.get("content-type") != "application/json":
+            raise MalformedMessage(
+                f"queue {queue!r} holds Laravel jobs: a task sent there must be JSON "
+                f"(task_serializer='json'), not {message.get('content-type')!r}"
+            )
+        if (message.get("headers") or {}).get("compression"):
+            raise MalformedMessage(f"queue {queue!r} holds Laravel jobs: send them uncompressed")
+        body = message.get("body") or ""
+        encoding = (message.get("properties") or {}).get("body_encoding")
+        try:
+            raw = base64.b64decode(body) if encoding == "base64" else str(body).encode("utf-8")
+            decoded = from_message(json.loads(raw))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MalformedMessage(f"the task's body cannot be read: {exc}") from exc
+        if (
+            not isinstance(decoded, list)
+            or len(decoded) != 3
+            or not isinstance(decoded[0], list)
+            or not isinstance(decoded[1], dict)
+        ):
+            raise MalformedMessage("the task's body is not Celery's [args, kwargs, embed]")
+        return decoded[0], decoded[1]
+
+    def _build(
+        self,
+        queue: str,
+        class_name: str,
+        task_id: str,
+        meta: Mapping[str, Any],
+        kwargs: dict[str, Any],
+    ) -> str:
+        """A new job's payload: what ``dispatch`` of ``class_name`` would write in PHP."""
+        if "\\" not in class_name.strip("\\") and class_name not in self.classes_by_task.values():
+            logger.debug("sending %r to Laravel queue %r as a PHP class name", class_name, queue)
+        try:
+            command = JobCommand.build(class_name, kwargs, queue=queue)
+            backoff = meta.get("backoff")
+            payload = Payload.build(
+                command,
+                uuid=task_id,
+                max_tries=meta.get("tries"),
+                max_exceptions=meta.get("maxExceptions"),
+                fail_on_timeout=bool(meta.get("failOnTimeout", False)),
+                backoff=list(backoff) if isinstance(backoff, list) else backoff,
+                timeout=meta.get("timeout"),
+                retry_until=meta.get("retryUntil"),
+                laravel_version=self.laravel_version,
+            )
+            return payload.to_stored_json()
+        except (LaravelBridgeError, TypeError, ValueError) as exc:
+            raise MalformedMessage(f"cannot make a Laravel job of {class_name!r}: {exc}") from exc
+
+    def _again(self, stored: str, kwargs: dict[str, Any]) -> str:
+        """A retried job's payload: the one it was read from, its properties changed to the
+        retry's kwargs where those differ (Celery's ``retry(kwargs=…)``)."""
+        try:
+            payload = Payload.parse(stored)
+            parsed = parse_job(ReservedJob(0, "", stored, 1, None), encrypter=self.encrypter)
+        except (LaravelBridgeError, MalformedJob) as exc:
+            raise MalformedMessage(f"the retried job's payload cannot be read: {exc}") from exc
+        changed = {k: v for k, v in kwargs.items() if parsed.properties.get(k, _MISSING) != v}
+        if not changed or parsed.kind != "job" or parsed.command is None:
+            return stored
+        if payload.is_encrypted:
+            logger.warning(
+                "%s: a retry's changed kwargs are not kept (the job is encrypted)", parsed.name
+            )
+            return stored
+        obj = parsed.command.obj
+        for name, value in changed.items():
+            _set(obj, name, to_php(value))
+        payload.data["data"]["command"] = parsed.command.dumps().decode("utf-8", "surrogateescape")
+        return payload.to_stored_json()
+
+    # -- settling -----------------------------------------------------------------------
+
+    def rejected(
+        self, queue: str, headers: Mapping[str, Any], attempts: int, requeue: bool
+    ) -> Outcome:
+        task = headers.get("task")
+        if isinstance(task, str) and celery_signals.is_registered(task) is False:
+            # Celery rejects a task it has no code for: it is the PHP workers' (or another
+            # Celery app's), never this worker's failure.
+            logger.warning(
+                "no Celery task %r here: job %s of queue %r handed back for %s s",
+                task,
+                headers.get("id"),
+                queue,
+                self.unknown_delay,
+            )
+            return HandBack(self.unknown_delay)
+        why = "rejected by its Celery task" + (" (requeue)" if requeue else "")
+        return self.failed(queue, headers, why, timed_out=False)
+
+    def failed(
+        self, queue: str, headers: Mapping[str, Any], reason: str, *, timed_out: bool
+    ) -> Outcome:
+        meta = headers.get(HEADER)
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("class") or headers.get("task") or "the job")
+        attempts = meta.get("attempts")
+        if not isinstance(attempts, int):
+            retries = headers.get("retries")
+            attempts = retries + 1 if isinstance(retries, int) else 1
+        tries = meta.get("tries")
+        max_tries = tries if isinstance(tries, int) else self.tries
+        retry_until = meta.get("retryUntil")
+        retry_until = retry_until if isinstance(retry_until, int) else None
+        now = int(datetime.now(UTC).timestamp())
+        text = storable_text(reason)
+        if timed_out:
+            text = storable_text(
+                f"Illuminate\\Queue\\MaxAttemptsExceededException: {attempted_too_many(name)}"
+                f"\n\n{reason}"
+            )
+        if out_of_attempts(attempts, now, max_tries, retry_until):
+            return Fail(text)
+        uuid = meta.get("uuid")
+        limit = meta.get("maxExceptions")
+        if (
+            isinstance(limit, int)
+            and isinstance(uuid, str)
+            and self._exceptions_reached(uuid, limit)
+        ):
+            return Fail(text)
+        if timed_out and meta.get("failOnTimeout"):
+            return Fail(text)
+        backoff = meta.get("backoff")
+        steps = backoff if isinstance(backoff, list) and backoff else self.backoff
+        delay = backoff_delay([b for b in steps if isinstance(b, int)], attempts)
+        return Release(float(min(delay, MAX_DELAY_SECONDS)))
+
+    def _exceptions_reached(self, uuid: str, limit: int) -> bool:
+        try:
+            if self._counter is None:
+                self._counter = ExceptionCounter(self._database or Database(str(self._url)))
+            if self._counter.increment(uuid) < limit:
+                return False
+            self._counter.forget(uuid)
+        except Exception as exc:  # counting is best effort, like Laravel's cache
+            logger.warning("could not count exceptions of %s: %s", uuid, exc)
+            return False
+        return True
+
+
+_MISSING = object()
+
+
+def laravel(settings: Mapping[str, Any]) -> LaravelFormat:
+    """The ``laravel`` entry point of ``kombu_sqlqueue.formats``."""
+    return LaravelFormat(settings)
+
+
+__all__ = [
+    "HEADER",
+    "LaravelFormat",
+    "from_message",
+    "laravel",
+    "register_json_types",
+    "to_message",
+]
