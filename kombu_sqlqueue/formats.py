@@ -92,6 +92,10 @@ class DeliveryStore(Protocol):
         """Delete the job if ``receipt`` still holds it."""
         ...
 
+    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
+        """Ack and store ``jobs`` at once (nothing written when stale)."""
+        ...
+
     def ack_many(self, receipts: Sequence[Receipt]) -> int:
         """Ack several deliveries; return how many were still held."""
         ...
@@ -152,6 +156,11 @@ class QueueFormat(Protocol):
         """The row a message published to ``queue`` is stored as. Raises
         :class:`~kombu_sqlqueue.exceptions.MalformedMessage` for a message the format
         cannot hold (nothing is stored)."""
+        ...
+
+    def acked(self, queue: str, headers: Mapping[str, Any]) -> Sequence[NewJob]:
+        """Jobs to store with the ack of a delivery, in its transaction (a Laravel chain's
+        next job); ``headers`` are the delivered message's."""
         ...
 
     def rejected(

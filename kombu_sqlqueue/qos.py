@@ -376,9 +376,21 @@ class QoS(virtual.QoS):
         held = self._settle(delivery_tag)
         if held is not None:
             receipt = held.receipt
-            settlement = self._settlement(held, "ack", lambda store: store.ack(receipt))
+            fmt = self.channel.connection.formats.get(held.queue)
+            then = fmt.acked(held.queue, self._headers(delivery_tag)) if fmt is not None else ()
+            settlement = self._settlement(
+                held,
+                "ack",
+                (lambda store: store.ack_and_enqueue(receipt, then))
+                if then
+                else (lambda store: store.ack(receipt)),
+            )
             self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
+
+    def _headers(self, delivery_tag: str) -> Any:
+        message = self._delivered.get(delivery_tag)
+        return getattr(message, "headers", None) or {}
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         """``requeue=True``: release, ready at once (Celery's ``Reject(requeue=True)`` and
@@ -398,8 +410,7 @@ class QoS(virtual.QoS):
         fmt = self.channel.connection.formats.get(self._queue_of(delivery_tag))
         held = self._settle(delivery_tag)
         if held is not None and fmt is not None:
-            message = self._delivered.get(delivery_tag)
-            headers = getattr(message, "headers", None) or {}
+            headers = self._headers(delivery_tag)
             outcome: Outcome = (
                 fmt.failed(held.queue, headers, reason, timed_out=False)
                 if backoff and reason is not None

@@ -551,6 +551,15 @@ class LaravelDeliveries:
         held = self._held(receipt)
         return held is not None and self.store.delete_held(*held)
 
+    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
+        held = self._held(receipt)
+        if held is None:
+            return False
+        for job in jobs:
+            self.check_payload_size(len(job.payload))
+        then = [(j.queue, j.payload.decode("utf-8", "surrogateescape"), j.delay) for j in jobs]
+        return self.store.delete(LaravelRow(held[0], "", "", held[1], 0), then)
+
     def ack_many(self, receipts: Sequence[Receipt]) -> int:
         return sum(self.ack(r) for r in receipts)
 

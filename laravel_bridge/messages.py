@@ -51,7 +51,7 @@ from kombu_sqlqueue.store.database import Database
 from . import celery_signals
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
-from .job import CLOSURE_COMMAND, MalformedJob, _set, parse_job
+from .job import CLOSURE_COMMAND, MalformedJob, _set, chain_successor, parse_job
 from .laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
     ExceptionCounter,
@@ -431,6 +431,7 @@ class LaravelFormat:
             "maxExceptions": payload.max_exceptions,
             "failOnTimeout": payload.fail_on_timeout,
             "payload": text if isinstance(text, str) else None,
+            "then": self._successor(parsed),
         }
         try:
             body = json.dumps([to_message(args), to_message(kwargs), _EMBED])
@@ -469,6 +470,20 @@ class LaravelFormat:
                 "priority": 0,
             },
         }
+
+    def _successor(self, parsed: Any) -> list[Any] | None:
+        """``[queue, payload, delay]`` of the next job of the job's chain (written with its
+        ack, as Laravel dispatches it when the job succeeds), or None."""
+        command = parsed.command
+        if command is None or parsed.kind != "job" or not command.obj.get("chained"):
+            return None
+        try:
+            nxt = chain_successor(
+                command, self.encrypter, laravel_version=parsed.payload.laravel_version
+            )
+        except LaravelBridgeError as exc:
+            raise MalformedMessage(f"the job's chain cannot be read: {exc}") from exc
+        return None if nxt is None else [nxt.queue, nxt.payload, nxt.delay]
 
     def _remember(self, task_id: str, queue: str, tag: str, meta: dict[str, Any]) -> None:
         with self._delivered_lock:
@@ -595,6 +610,22 @@ class LaravelFormat:
         return payload.to_stored_json()
 
     # -- settling -----------------------------------------------------------------------
+
+    def acked(self, queue: str, headers: Mapping[str, Any]) -> list[NewJob]:
+        meta = headers.get(HEADER)
+        then = meta.get("then") if isinstance(meta, Mapping) else None
+        if not (isinstance(then, list) and len(then) == 3 and isinstance(then[1], str)):
+            return []
+        nxt_queue, payload, delay = then
+        return [
+            NewJob(
+                str(nxt_queue),
+                payload.encode("utf-8", "surrogateescape"),
+                delay=float(delay or 0),
+                max_attempts=MAX_LARAVEL_ATTEMPTS,
+                uuid=_uuid_of(payload),
+            )
+        ]
 
     def rejected(
         self, queue: str, headers: Mapping[str, Any], attempts: int, requeue: bool

@@ -17,7 +17,7 @@ from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from kombu_sqlqueue.store import NewJob
-from laravel_bridge import LaravelQueue, ModelIdentifier, PhpEnum, PhpObject
+from laravel_bridge import JobCommand, LaravelQueue, ModelIdentifier, PhpEnum, PhpObject
 from laravel_bridge.job import parse_job
 from laravel_bridge.tables import JobTable
 
@@ -305,3 +305,37 @@ def test_ordinary_queues_in_the_same_database_keep_kombus_envelope(
         with Consumer(channel, [plain], callbacks=[lambda body, m: (got.append(body), m.ack())]):
             conn.drain_events(timeout=5)
     assert got == [{"hello": 1}] and table.size(QUEUE) == 0
+
+
+def test_the_ack_of_a_chained_job_stores_the_next_job_in_its_transaction(
+    conn: Connection, queue: LaravelQueue, table: JobTable
+) -> None:
+    queue.dispatch(
+        "App\\Jobs\\ChainStep",
+        {"step": "first"},
+        queue=QUEUE,
+        # The next job's own queue (Laravel's default, "default", when it names none).
+        chain=[JobCommand.build("App\\Jobs\\ChainStep", {"step": "second"}, queue=QUEUE)],
+    )
+    message = get(conn)
+    assert message.decode()[1] == {"step": "first"}
+    message.ack()
+    nxt = get(conn)
+    assert nxt.decode()[1] == {"step": "second"} and nxt.headers["laravel"]["then"] is None
+    nxt.ack()
+    assert table.size(QUEUE) == 0
+
+
+def test_a_chained_job_that_fails_stores_no_next_job(
+    conn: Connection, queue: LaravelQueue, table: JobTable
+) -> None:
+    queue.dispatch(
+        "App\\Jobs\\ChainStep",
+        {"step": "first"},
+        queue=QUEUE,
+        chain=[("App\\Jobs\\ChainStep", {"step": "second"})],
+    )
+    message = get(conn)
+    assert conn.transport.fail_delivery(QUEUE, message.delivery_tag, message.headers, "boom")
+    message.ack()  # Celery's ack after the failure: stale, so no next job either
+    assert table.size(QUEUE) == 0 and len(failed(table)) == 1
