@@ -8,11 +8,16 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from laravel_support import APP_KEY
 from sqlalchemy.engine import make_url
+
+from laravel_bridge import PhpEnum, PhpObject
+from laravel_bridge.payload import CARBON_CLASSES
 
 HARNESS = Path(__file__).resolve().parent / "php" / "harness.php"
 #: The PDO driver PHP needs for each engine of tests/conftest.py.
@@ -430,3 +435,31 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+ENUM_VALUES = {"Paid": "paid", "Open": "open"}  # App\Jobs\Status's backing values
+
+
+def php_shape(python: Any, raw: Any) -> Any:
+    """A Python property value in the harness log's JSON shape (``harness_value`` in jobs.php).
+
+    ``raw`` is the same value as decoded PHP, for what Python's view drops (which Carbon class).
+    """
+    if isinstance(raw, PhpObject) and raw.class_name in CARBON_CLASSES:
+        assert isinstance(python, datetime) and python.tzinfo is not None
+        tz = python.tzinfo
+        if isinstance(tz, ZoneInfo):
+            label = tz.key
+        elif tz is UTC:
+            label = "UTC"
+        else:
+            minutes = int((python.utcoffset() or timedelta()).total_seconds() // 60)
+            label = f"{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+        return f"{raw.class_name} {python.strftime('%Y-%m-%d %H:%M:%S.%f')} {label}"
+    if isinstance(python, PhpEnum):
+        return {"enum": python.class_name, "value": ENUM_VALUES[python.case]}
+    if isinstance(python, list):
+        return [php_shape(p, r) for p, r in zip(python, raw, strict=True)]
+    if isinstance(python, dict):
+        return {k: php_shape(python[k], raw[k]) for k in python}
+    return python

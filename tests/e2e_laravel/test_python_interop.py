@@ -14,7 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, same
+from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, php_shape, same
 from laravel_support import APP_KEY
 
 from laravel_bridge import (
@@ -23,45 +23,17 @@ from laravel_bridge import (
     JobCommand,
     LaravelQueue,
     PhpEnum,
-    PhpObject,
     Worker,
     WorkerOptions,
     private,
     protected,
 )
-from laravel_bridge.payload import CARBON_CLASSES, date_to_php
+from laravel_bridge.payload import date_to_php
 
 pytestmark = pytest.mark.timeout(240)
 
-ENUM_VALUES = {"Paid": "paid", "Open": "open"}  # App\Jobs\Status's backing values
-
 # Every class the PHP cases use, for the Python registry.
 CLASSES = sorted({cls for cls, _, _ in WORKER_CASES.values()} | {"App\\Jobs\\AlwaysFails"})
-
-
-def php_shape(python: Any, raw: Any) -> Any:
-    """A Python property value in the harness log's JSON shape (``harness_value`` in jobs.php).
-
-    ``raw`` is the same value as decoded PHP, for what Python's view drops (which Carbon class).
-    """
-    if isinstance(raw, PhpObject) and raw.class_name in CARBON_CLASSES:
-        assert isinstance(python, datetime) and python.tzinfo is not None
-        tz = python.tzinfo
-        if isinstance(tz, ZoneInfo):
-            label = tz.key
-        elif tz is UTC:
-            label = "UTC"
-        else:
-            minutes = int((python.utcoffset() or timedelta()).total_seconds() // 60)
-            label = f"{'-' if minutes < 0 else '+'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
-        return f"{raw.class_name} {python.strftime('%Y-%m-%d %H:%M:%S.%f')} {label}"
-    if isinstance(python, PhpEnum):
-        return {"enum": python.class_name, "value": ENUM_VALUES[python.case]}
-    if isinstance(python, list):
-        return [php_shape(p, r) for p, r in zip(python, raw, strict=True)]
-    if isinstance(python, dict):
-        return {k: php_shape(python[k], raw[k]) for k in python}
-    return python
 
 
 def python_registry(runs: list[dict[str, Any]], fail: set[str] = frozenset()) -> HandlerRegistry:  # type: ignore[assignment]

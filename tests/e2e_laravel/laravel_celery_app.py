@@ -1,0 +1,112 @@
+"""The Celery app the Celery ⇄ Laravel e2e tests run in a real ``celery worker``
+(``-A laravel_celery_app``): plain ``@app.task(name=<PHP class>)`` tasks on Laravel queues.
+
+Environment: ``LC_BROKER_URL`` (``sqlqueue+…``), ``LC_OUT`` (the file each task appends one
+JSON line to), ``LC_LAYOUT`` (``laravel`` or ``askr``), ``LC_QUEUES`` (the Laravel-format
+queues, comma-separated), ``LC_VISIBILITY`` (seconds), ``LC_MARKER`` (a file whose presence
+makes ``App\\Jobs\\Flaky`` succeed), ``LC_FAIL_TUNED`` (``App\\Jobs\\Tuned`` always raises).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from celery import Celery
+from laravel_support import APP_KEY
+
+from laravel_bridge.messages import to_message
+
+#: Every class the tests' Laravel jobs name, each a Celery task of that name.
+CLASSES = (
+    "App\\Jobs\\Scalars",
+    "App\\Jobs\\Unicode",
+    "App\\Jobs\\Floats",
+    "App\\Jobs\\Nested",
+    "App\\Jobs\\Dates",
+    "App\\Jobs\\Enums",
+    "App\\Jobs\\Promoted",
+    "App\\Jobs\\Ping",
+    "App\\Jobs\\Tuned",
+    "App\\Jobs\\ChainStep",
+    "App\\Jobs\\SecretWork",
+    "App\\Jobs\\Flaky",
+    "App\\Jobs\\AlwaysFails",
+    "App\\Things\\SendShipmentNotification",
+    "App\\Things\\OrderShippedMail",
+)
+
+
+def record(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    meta = getattr(task.request, "laravel", None) or {}
+    line = {
+        "runner": "celery",
+        "class": task.name,
+        "args": to_message(list(args)),
+        "kwargs": to_message(kwargs),
+        "retries": task.request.retries,
+        "attempts": meta.get("attempts"),
+        "queue": (task.request.delivery_info or {}).get("routing_key"),
+        "uuid": task.request.id,
+        "pid": os.getpid(),
+        "ran_at": time.time(),
+    }
+    # One short O_APPEND write per line: lines from several pool processes never interleave.
+    with open(os.environ["LC_OUT"], "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    return line
+
+
+def behave(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """What each job does in Celery: record the run, then fail or sleep as the test asks."""
+    line = record(task, args, kwargs)
+    name, attempts = task.name, line["attempts"]
+    if name == "App\\Jobs\\AlwaysFails":
+        raise RuntimeError(kwargs.get("message", "boom"))
+    if name == "App\\Jobs\\Tuned" and os.environ.get("LC_FAIL_TUNED"):
+        raise RuntimeError(f"tuned attempt {attempts}")
+    if name == "App\\Jobs\\Flaky" and not os.path.exists(
+        os.environ.get("LC_MARKER", "/nonexistent")
+    ):
+        raise RuntimeError(f"flaky attempt {attempts}")
+    label = str(kwargs.get("label", ""))
+    if name == "App\\Jobs\\Ping" and label.startswith("fail"):
+        raise RuntimeError(f"{label}: attempt {attempts}")
+    if name == "App\\Jobs\\Ping" and label.startswith("sleep-once") and attempts == 1:
+        time.sleep(120)  # killed meanwhile
+
+
+def make_task(app: Celery, name: str) -> None:
+    @app.task(name=name, bind=True, shared=False)
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        behave(self, args, kwargs)
+
+
+def create_app() -> Celery:
+    app = Celery("laravel_celery", broker=os.environ["LC_BROKER_URL"], set_as_current=False)
+    layout = os.environ.get("LC_LAYOUT", "laravel")
+    fmt = {"format": "laravel", "layout": layout, "app_key": APP_KEY}
+    queues = os.environ.get("LC_QUEUES", "default,emails").split(",")
+    app.conf.update(
+        broker_transport_options={
+            "queue_formats": {q: fmt for q in queues},
+            "visibility_timeout": float(os.environ.get("LC_VISIBILITY", "10")),
+            "polling_interval": 0.05,
+            "max_polling_interval": 0.5,
+        },
+        # Laravel's rules: a job is deleted when it succeeds, and comes back if its worker dies.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_default_queue=queues[0],
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+    )
+    for name in CLASSES:
+        make_task(app, name)
+    return app
+
+
+app = create_app() if "LC_BROKER_URL" in os.environ else Celery("laravel_celery")
