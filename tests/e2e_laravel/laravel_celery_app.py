@@ -4,7 +4,9 @@
 Environment: ``LC_BROKER_URL`` (``sqlqueue+…``), ``LC_OUT`` (the file each task appends one
 JSON line to), ``LC_LAYOUT`` (``laravel`` or ``askr``), ``LC_QUEUES`` (the Laravel-format
 queues, comma-separated), ``LC_VISIBILITY`` (seconds), ``LC_MARKER`` (a file whose presence
-makes ``App\\Jobs\\Flaky`` succeed), ``LC_FAIL_TUNED`` (``App\\Jobs\\Tuned`` always raises).
+makes ``App\\Jobs\\Flaky`` succeed), ``LC_FAIL_TUNED`` (``App\\Jobs\\Tuned`` always
+raises), ``LC_CLASSES`` (the only classes with tasks, comma-separated; default
+:data:`CLASSES`).
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def create_app() -> Celery:
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
     )
-    for name in CLASSES:
+    only = os.environ.get("LC_CLASSES")
+    for name in only.split(",") if only else CLASSES:
         make_task(app, name)
     return app
 

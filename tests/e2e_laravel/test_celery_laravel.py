@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -299,4 +300,97 @@ def test_send_task_writes_jobs_laravels_worker_runs_and_a_countdown_waits(
         resize["statuses"], ["Carbon\\Carbon 2024-05-06 07:08:09.123456 UTC", 2.5, {"n": 1}]
     )
     assert runs["App\\Jobs\\Ping"]["ran_at"] >= sent + 2
+    assert queue.failed() == []
+
+
+#: ``laravel-bridge work --handlers shared_handlers``: Ping and Nested, one JSON line each.
+BRIDGE_HANDLERS = """
+import json, os
+from laravel_bridge import handles
+
+@handles("App\\\\Jobs\\\\Ping")
+@handles("App\\\\Jobs\\\\Nested")
+def run(job):
+    line = json.dumps({"runner": "bridge", "class": job.name, "uuid": job.uuid}) + "\\n"
+    with open(os.environ["PY_RUNS"], "a") as f:
+        f.write(line)
+"""
+
+
+def test_php_celery_and_the_bridge_drain_one_shared_queue_each_job_once(
+    queue: LaravelQueueHarness,
+    celery_worker: Callable[..., CeleryWorker],
+    out: Path,
+    laravel_queue: LaravelQueue,
+    engine_name: str,
+    tmp_path: Path,
+) -> None:
+    """1,000 jobs of four classes: Ping (all three run it), Scalars (Celery and PHP), Nested
+    (the bridge and PHP), Unicode (PHP alone). Each claims only what it runs."""
+    mix = [
+        ("App\\Jobs\\Ping", {"label": "shared"}),
+        ("App\\Jobs\\Scalars", WORKER_CASES["scalars"][2]),
+        ("App\\Jobs\\Nested", WORKER_CASES["nested"][2]),
+        ("App\\Jobs\\Unicode", WORKER_CASES["unicode"][2]),
+    ]
+    jobs = [laravel_queue.build(*mix[i % 4]) for i in range(1000)]
+    laravel_queue.table.push_many(jobs)
+    uuids = {job.uuid for job in jobs}
+    (tmp_path / "shared_handlers.py").write_text(BRIDGE_HANDLERS)
+    py_runs = tmp_path / "bridge.jsonl"
+    env = {
+        **os.environ,
+        "PY_RUNS": str(py_runs),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    bridge_err = (tmp_path / "bridge.err").open("w")
+    bridge = subprocess.Popen(
+        [sys.executable, "-m", "laravel_bridge", "work", "--url", queue.db_url,
+         "--layout", "laravel", "--sleep", "0.1", "--handlers", "shared_handlers"],
+        env=env, stdout=subprocess.DEVNULL, stderr=bridge_err, text=True,
+    )  # fmt: skip
+    php = queue.start_work(tmp_path / "php.out", sleep=0.1)
+    celery = celery_worker(LC_CLASSES="App\\Jobs\\Ping,App\\Jobs\\Scalars", LC_QUEUES="default")
+
+    def all_runs() -> list[dict[str, Any]]:
+        return json_lines(out) + json_lines(py_runs) + queue.runs()
+
+    try:
+        wait_for(
+            lambda: (
+                laravel_queue.size("default") == 0
+                or (engine_name == "sqlite" and len(all_runs()) >= len(jobs))
+            ),
+            240,
+            "the queue drained",
+        )
+        time.sleep(0.5)
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        php.send_signal(signal.SIGTERM)
+        php_err = php.communicate(timeout=60)[1]
+        bridge.wait(timeout=60)
+        bridge_err.close()
+        code = celery.stop()
+    codes = (code, bridge.returncode, php.returncode)
+    assert codes == (0, 0, 0), (php_err[-2000:], (tmp_path / "bridge.err").read_text()[-2000:])
+    runs = all_runs()
+    ran = [r["uuid"] for r in runs]
+    assert set(ran) == uuids  # none lost
+    assert len(ran) == len(jobs), "a job ran twice"
+    by = {
+        runner: {r["class"] for r in runs if r["runner"] == runner}
+        for runner in ("celery", "bridge", "php")
+    }
+    assert by["celery"] <= {"App\\Jobs\\Ping", "App\\Jobs\\Scalars"} and by["celery"]
+    assert by["bridge"] <= {"App\\Jobs\\Ping", "App\\Jobs\\Nested"} and by["bridge"]
+    assert "App\\Jobs\\Unicode" in by["php"]
+    left = laravel_queue.size("default")
+    if engine_name == "sqlite":  # Laravel's deletes SQLite refused stay reserved (see docs)
+        refused = set(
+            re.findall(r'database is locked \(SQL: delete from "jobs" where "id" = (\d+)', php_err)
+        )
+        assert left == len(refused), php_err[-3000:]
+    else:
+        assert left == 0, php_err[-3000:]
     assert queue.failed() == []
