@@ -500,8 +500,10 @@ class LaravelFormat:
 
     def write(self, queue: str, message: dict[str, Any]) -> NewJob:
         headers = message.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            raise MalformedMessage(f"the message's headers are {type(headers).__name__}, not a map")
         task, task_id = headers.get("task"), headers.get("id")
-        if not isinstance(task, str) or not isinstance(task_id, str):
+        if not isinstance(task, str) or not task.strip("\\") or not isinstance(task_id, str):
             raise MalformedMessage(
                 f"queue {queue!r} holds Laravel jobs: only Celery task messages can go there"
             )
@@ -510,7 +512,7 @@ class LaravelFormat:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise MalformedMessage(f"retries is {retries!r}, not a count")
         attempts = min(retries, MAX_LARAVEL_ATTEMPTS)
-        delay = min(eta_delay(headers), float(MAX_DELAY_SECONDS))
+        delay = min(eta_delay(dict(headers)), float(MAX_DELAY_SECONDS))
         meta = headers.get(HEADER)
         meta = meta if isinstance(meta, Mapping) else {}
         stored = meta.get("payload")
@@ -543,7 +545,8 @@ class LaravelFormat:
         if (message.get("headers") or {}).get("compression"):
             raise MalformedMessage(f"queue {queue!r} holds Laravel jobs: send them uncompressed")
         body = message.get("body") or ""
-        encoding = (message.get("properties") or {}).get("body_encoding")
+        properties = message.get("properties")
+        encoding = properties.get("body_encoding") if isinstance(properties, Mapping) else None
         try:
             raw = base64.b64decode(body) if encoding == "base64" else str(body).encode("utf-8")
             decoded = from_message(json.loads(raw))
