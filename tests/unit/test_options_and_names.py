@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -95,3 +96,46 @@ def test_eta_delay() -> None:
 def test_bad_store_urls(url: str, message: str) -> None:
     with pytest.raises(InvalidURL, match=message):
         parse_store_url(url)
+
+
+# -- queue_formats ---------------------------------------------------------------------------
+
+
+def test_queue_formats_name_a_format_by_entry_point_or_path() -> None:
+    from kombu_sqlqueue.formats import load_formats
+
+    formats = load_formats(
+        {"php": "laravel", "php2": {"format": "laravel", "layout": "askr"}, "php3": "laravel"}
+    )
+    assert formats["php"] is formats["php3"]  # one object (one table) for equal settings
+    assert formats["php2"] is not formats["php"] and formats["php2"].name == "laravel"
+    by_path = load_formats({"x": "laravel_bridge.messages:laravel"})
+    assert by_path["x"].name == "laravel"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"php": "nope"}, "unknown queue format 'nope'; installed: laravel"),
+        ({"php": "no.such.module:thing"}, "cannot be loaded"),
+        ({"php": {"layout": "askr"}}, "must be a format name or a mapping with a 'format' key"),
+        ({"php": 3}, "must be a format name"),
+        ({"php": {"format": "laravel", "tries": -1}}, "tries must be an int >= 0"),
+        ({"php": {"format": "laravel", "colour": "red"}}, "unknown settings ['colour']"),
+        ({"php": {"format": "laravel", "layout": "redis"}}, "layout must be one of laravel, askr"),
+        ({" bad": "laravel"}, "queue"),
+    ],
+)
+def test_a_bad_queue_format_is_a_configuration_error(spec: dict[str, object], message: str) -> None:
+    from kombu_sqlqueue.exceptions import SqlQueueError
+    from kombu_sqlqueue.formats import load_formats
+
+    with pytest.raises(SqlQueueError, match=re.escape(message)):
+        load_formats(spec)
+
+
+def test_queue_formats_must_be_a_mapping_of_valid_queue_names() -> None:
+    with pytest.raises(ConfigurationError, match="queue_formats must be a mapping"):
+        TransportOptions.from_mapping({"queue_formats": ["php"]})
+    with pytest.raises(ConfigurationError, match="queue_formats"):
+        TransportOptions.from_mapping({"queue_formats": {"": "laravel"}})
