@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 
 #: The message header holding Laravel's metadata of a delivered job.
 HEADER = "laravel"
+#: Seconds past a job's ``timeout`` (its soft time limit in Celery) its hard limit comes: a
+#: task that swallows ``SoftTimeLimitExceeded`` is killed then.
+HARD_LIMIT_GRACE = 10
 
 
 class DeliveringFormat(Protocol):
@@ -138,7 +141,10 @@ def on_task_failure(
         if found is None:
             return  # not a job of a Laravel queue
         queue, tag, meta = found
-        timed_out = type(exception).__name__ == "TimeLimitExceeded"
+        # Laravel's timeout is the task's soft time limit (raised in the task: settled here,
+        # before Celery acks), its hard limit a grace period later (messages.py).
+        kind = type(exception).__name__
+        timed_out = kind in ("SoftTimeLimitExceeded", "TimeLimitExceeded")
         reason = failure_text(exception, getattr(einfo, "traceback", None))
         with sender.app.pool.acquire(block=True) as connection:
             fail_delivery = getattr(connection.transport, "fail_delivery", None)
@@ -149,7 +155,16 @@ def on_task_failure(
         logger.exception("could not settle the failure of task %s by Laravel's rules", task_id)
         return
     name = getattr(sender, "name", "?")
-    if not written and not getattr(sender, "acks_late", False) and name not in _warned:
+    if not written and kind == "TimeLimitExceeded" and f"hard:{name}" not in _warned:
+        _warned.add(f"hard:{name}")
+        logger.warning(
+            "task %s passed its hard time limit (its job's timeout + %s s) and Celery "
+            "acknowledged it before reporting it: its failure is Celery's alone. "
+            "task_acks_on_timeout=False makes it a failed attempt by Laravel's rules instead",
+            name,
+            HARD_LIMIT_GRACE,
+        )
+    elif not written and not getattr(sender, "acks_late", False) and name not in _warned:
         _warned.add(name)
         logger.warning(
             "task %s failed after its message was acknowledged at its start (acks_late=False): "

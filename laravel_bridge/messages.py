@@ -447,7 +447,12 @@ class LaravelFormat:
             "group": None,
             "group_index": None,
             "retries": max(0, job.attempts - 1),
-            "timelimit": [payload.timeout or None, None],
+            # [hard, soft]: Laravel's timeout is the soft limit, raised in the task (so its
+            # failure is settled by Laravel's rules), the hard one a grace period later.
+            "timelimit": [
+                payload.timeout + celery_signals.HARD_LIMIT_GRACE if payload.timeout else None,
+                payload.timeout or None,
+            ],
             "root_id": parsed.uuid,
             "parent_id": None,
             "argsrepr": _repr.repr(args),

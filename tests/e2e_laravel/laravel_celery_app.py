@@ -36,6 +36,7 @@ CLASSES = (
     "App\\Jobs\\SecretWork",
     "App\\Jobs\\Flaky",
     "App\\Jobs\\AlwaysFails",
+    "App\\Jobs\\Slow",
     "App\\Things\\SendShipmentNotification",
     "App\\Things\\OrderShippedMail",
 )
@@ -73,6 +74,8 @@ def behave(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         os.environ.get("LC_MARKER", "/nonexistent")
     ):
         raise RuntimeError(f"flaky attempt {attempts}")
+    if name == "App\\Jobs\\Slow":
+        time.sleep(float(kwargs["seconds"]))  # past its timeout: Celery's hard time limit
     label = str(kwargs.get("label", ""))
     if name == "App\\Jobs\\Ping" and label.startswith("fail"):
         raise RuntimeError(f"{label}: attempt {attempts}")

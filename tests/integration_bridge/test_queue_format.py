@@ -96,7 +96,7 @@ def test_a_laravel_job_is_delivered_as_a_celery_task_message(
         d.uuid,
         0,
     )
-    assert headers["timelimit"] == [30, None]
+    assert headers["timelimit"] == [40, 30]  # [hard, soft]: soft = Laravel's timeout
     meta = headers["laravel"]
     assert (meta["tries"], meta["backoff"], meta["maxExceptions"], meta["attempts"]) == (
         3,
