@@ -387,6 +387,7 @@ class QoS(virtual.QoS):
             )
             self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
+        self.channel.connection.room_freed.set()
 
     def _headers(self, delivery_tag: str) -> Any:
         message = self._delivered.get(delivery_tag)
@@ -436,6 +437,7 @@ class QoS(virtual.QoS):
                 )
             self.channel.connection.pending.settle(settlement)
         self._quick_ack(delivery_tag)
+        self.channel.connection.room_freed.set()
 
     def _queue_of(self, delivery_tag: str) -> str | None:
         held = self.channel.connection.held.get(delivery_tag)

@@ -38,6 +38,7 @@ This module holds no SQL: it turns Kombu calls into job-store calls.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from queue import Empty
@@ -620,6 +621,8 @@ class Transport(virtual.Transport):
         #: Queue → the table its format keeps its rows in, when not ``askr_jobs``.
         self.format_stores: dict[str, DeliveryStore] = self._open_format_stores(url)
         self.held = HeldDeliveries()
+        #: Set by every ack and reject: prefetch room freed (see :meth:`drain_events`).
+        self.room_freed = threading.Event()
         #: Deliveries whose task settled them itself (see :meth:`fail_delivery`).
         self.settled_by_task = RecentTags()
         self.pending = PendingSettlements(self.store)
@@ -695,6 +698,14 @@ class Transport(virtual.Transport):
             elapsed = monotonic() - started
             if timeout is not None and elapsed >= timeout:
                 raise TimeoutError() from None
+            self.room_freed.clear()
+            if self._prefetch_full():
+                # Nothing to claim *for*: every consumer holds its whole prefetch (a Celery
+                # prefork worker whose pool is busy). The wait ends when an ack or reject
+                # frees room — not after a back-off that grew while the queues were busy.
+                limit = self.options.max_polling_interval
+                self.room_freed.wait(limit if timeout is None else min(limit, timeout - elapsed))
+                continue
             wait = min(
                 self.options.polling_interval * 2**self._idle_rounds,
                 self.options.max_polling_interval,
@@ -705,6 +716,12 @@ class Transport(virtual.Transport):
             consumed = {q for channel in self.channels for q in channel._active_queues}
             if self.store.wait_for_jobs(wait, consumed or None):
                 self._idle_rounds = 0
+
+    def _prefetch_full(self) -> bool:
+        """True when every channel with consumers holds as many deliveries as its prefetch
+        allows (so no claim is made, however full the queues are)."""
+        busy = [channel for channel in self.channels if channel._consumers]
+        return bool(busy) and not any(channel.qos.can_consume() for channel in busy)
 
     def report_condition(self, exc: StoreConditionError) -> None:
         """A claim met a full, read-only or refused database: say so once; the consumer

@@ -251,3 +251,33 @@ def test_an_idle_consumer_wakes_on_a_publish(connect: Connect) -> None:
         consumer.drain_events(timeout=3)  # finds nothing, waits up to 3 s, woken at 0.2 s
     later.join()
     assert got == ["wake"] and time.monotonic() - started < 1
+
+
+def test_a_consumer_whose_prefetch_is_full_waits_for_an_ack_not_a_back_off(
+    connect: Connect,
+) -> None:
+    """A Celery prefork worker's pool busy: every delivery its prefetch allows is held, so no
+    claim is made. Its wait is not an idle poll (the back-off would grow while the queues are
+    full), and an ack — from another thread, as Celery's result handler acks — ends it."""
+    conn = connect(max_polling_interval=5)
+    exchange = Exchange("e", "direct")
+    queue = Queue("full", exchange, "full")
+    got: list[Message] = []
+    with conn.channel() as channel:
+        producer = Producer(channel, exchange, routing_key="full")
+        queue(channel).declare()
+        for i in range(3):
+            producer.publish({"i": i})
+        with Consumer(channel, [queue], callbacks=[lambda _b, m: got.append(m)], prefetch_count=1):
+            conn.drain_events(timeout=1)
+            assert len(got) == 1
+            for _ in range(3):  # the prefetch is full: nothing is claimed, no back-off grows
+                with pytest.raises(TimeoutError):
+                    conn.drain_events(timeout=0.05)
+            transport = conn.transport
+            assert transport._idle_rounds == 0
+            acker = threading.Timer(0.1, got[0].ack)
+            acker.start()
+            conn.drain_events(timeout=4)  # a back-off would wait max_polling_interval (5 s)
+            acker.join()
+            assert [m.decode()["i"] for m in got] == [0, 1]
