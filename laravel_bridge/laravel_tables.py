@@ -229,24 +229,29 @@ class LaravelTableStore(TableStore):
         return params
 
     def _pop_in(self, tx: Tx, params: dict[str, Any]) -> LaravelRow | None:
+        rows = self._pop_rows_in(tx, params, 1)
+        return rows[0] if rows else None
+
+    def _pop_rows_in(self, tx: Tx, params: dict[str, Any], n: int) -> list[LaravelRow]:
+        """Reserve up to ``n`` rows: one locking read of them, then each one marked."""
+        params = {**params, "limit": n}
         if "names" in params:
             # The oldest few ready rows first; only when none of them is ours, all of them.
             pop = self.q.laravel_pop_lock_named
-            found = tx.execute(pop, {**params, "window": self.q.LARAVEL_WINDOW}).fetchone()
-            if found is None:
-                found = tx.execute(pop, {**params, "window": WHOLE_QUEUE}).fetchone()
+            found = tx.execute(pop, {**params, "window": self.q.LARAVEL_WINDOW}).fetchall()
+            if not found:
+                found = tx.execute(pop, {**params, "window": WHOLE_QUEUE}).fetchall()
         else:
-            found = tx.execute(self.q.laravel_pop_lock, params).fetchone()
-        if found is None:
-            return None
-        job_id, attempts, *stored = found
+            found = tx.execute(self.q.laravel_pop_lock, params).fetchall()
         now = params["now"]
         cap = self.attempts_limit
-        tx.execute(self.q.laravel_pop_mark, {"job_id": job_id, "now": now, "cap": cap})
-        held = min(int(attempts) + 1, cap)
-        return LaravelRow(
-            int(job_id), params["queue"], self.q.laravel_stored_payload(stored), held, now
-        )
+        rows: list[LaravelRow] = []
+        for job_id, attempts, *stored in found:
+            tx.execute(self.q.laravel_pop_mark, {"job_id": job_id, "now": now, "cap": cap})
+            held = min(int(attempts) + 1, cap)
+            payload = self.q.laravel_stored_payload(stored)
+            rows.append(LaravelRow(int(job_id), params["queue"], payload, held, now))
+        return rows
 
     def pop(
         self, queue: str, retry_after: float, classes: Collection[str] | None = None
@@ -365,16 +370,17 @@ class LaravelTableStore(TableStore):
     def pop_many(
         self, queue: str, n: int, retry_after: float, classes: Collection[str] | None = None
     ) -> list[LaravelRow]:
-        """Reserve up to ``n`` jobs of ``queue`` (:meth:`pop`'s rules) in one transaction."""
+        """Reserve up to ``n`` jobs of ``queue`` (:meth:`pop`'s rules) in one transaction:
+        the oldest first, read (and locked) by one statement."""
         params = self._pop_params(queue, retry_after, classes)
 
         def work(tx: Tx) -> list[LaravelRow]:
-            rows: list[LaravelRow] = []
-            while len(rows) < n:
-                found = self._pop_in(tx, params)
-                if found is None:
-                    break
-                rows.append(found)
+            rows = self._pop_rows_in(tx, params, n)
+            if rows and len(rows) < n and "names" in params:
+                # The window held fewer of ours than asked: the rest from the whole queue.
+                taken = {row.id for row in rows}
+                more = self._pop_rows_in(tx, {**params}, n - len(rows))
+                rows += [row for row in more if row.id not in taken]
             return rows
 
         return self._run(work)

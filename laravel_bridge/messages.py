@@ -348,6 +348,7 @@ class LaravelFormat:
         self._database: Database | None = None
         self._url: str | None = None
         self._handled: tuple[int, frozenset[str]] | None = None
+        self._warned: set[tuple[str, str]] = set()
         #: task id → (queue, delivery tag, laravel header) of what this process delivered:
         #: Celery reports a hard time limit from the process that holds the message, where
         #: the task's request is not at hand.
@@ -409,6 +410,7 @@ class LaravelFormat:
                 f"Illuminate\\Queue\\MaxAttemptsExceededException: "
                 f"{attempted_too_many(parsed.name)}"
             )
+        self._warn_untracked(parsed)
         if parsed.kind == "listener":
             args, kwargs = parsed.arguments, parsed.properties
         elif parsed.kind == "notification":
@@ -475,6 +477,32 @@ class LaravelFormat:
                 "priority": 0,
             },
         }
+
+    def _warn_untracked(self, parsed: Any) -> None:
+        """Once per batch / class: what a Celery worker does not keep for Laravel (yet)."""
+        batch = parsed.batch_id
+        if batch is not None and ("batch", batch) not in self._warned:
+            self._warned.add(("batch", batch))
+            logger.warning(
+                "%s belongs to batch %s: a Celery worker runs it but does not record it in "
+                "job_batches (laravel-bridge work and PHP's worker do): the batch's counts and "
+                "callbacks are left as they are",
+                parsed.name,
+                batch,
+            )
+        command = parsed.command
+        unique = (
+            command is not None
+            and parsed.kind == "job"
+            and ("uniqueFor" in command.obj or "uniqueId" in command.obj)
+        )
+        if unique and ("unique", parsed.name) not in self._warned:
+            self._warned.add(("unique", parsed.name))
+            logger.warning(
+                "%s looks unique (ShouldBeUnique): a Celery worker does not release its lock "
+                "(laravel-bridge work --unique-locks-table does); it lasts its uniqueFor",
+                parsed.name,
+            )
 
     def _successor(self, parsed: Any) -> list[Any] | None:
         """``[queue, payload, delay]`` of the next job of the job's chain (written with its

@@ -5,6 +5,7 @@ layouts. (Real ``celery worker`` processes and PHP: ``e2e_laravel/test_celery_la
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from queue import Empty
@@ -339,3 +340,17 @@ def test_a_chained_job_that_fails_stores_no_next_job(
     assert conn.transport.fail_delivery(QUEUE, message.delivery_tag, message.headers, "boom")
     message.ack()  # Celery's ack after the failure: stale, so no next job either
     assert table.size(QUEUE) == 0 and len(failed(table)) == 1
+
+
+def test_what_a_celery_worker_does_not_keep_for_laravel_is_said_once(
+    conn: Connection, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(2):
+        queue.dispatch("App\\Jobs\\Step", {"n": n, "batchId": "batch-1"}, queue=QUEUE)
+        queue.dispatch("App\\Jobs\\Report", {"n": n, "uniqueFor": 60}, queue=QUEUE)
+    with caplog.at_level(logging.WARNING, logger="laravel_bridge.messages"):
+        for _ in range(4):
+            get(conn).ack()
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("belongs to batch batch-1" in m for m in said) == 1
+    assert sum("App\\Jobs\\Report looks unique" in m for m in said) == 1
