@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -29,6 +30,8 @@ from typing import Any, Protocol
 
 from .exceptions import ConfigurationError, MalformedMessage
 from .store import ClaimedJob, ClaimResult, NewJob, Receipt, StoreOptions
+
+logger = logging.getLogger(__name__)
 
 #: The entry point group formats are registered under.
 ENTRY_POINT_GROUP = "kombu_sqlqueue.formats"
@@ -176,6 +179,28 @@ class QueueFormat(Protocol):
         settled; ``headers`` are the delivered message's."""
         ...
 
+    def settled(self, queue: str, headers: Mapping[str, Any], outcome: Outcome | None) -> None:
+        """A settlement of a delivery was written (``None``: it was acked): what the format's
+        runtime does after a job is done or failed (Laravel: its batch recorded). Not called
+        for a stale settlement; what it raises is logged, never raised."""
+        ...
+
+
+def tell_settled(
+    fmt: QueueFormat,
+    queue: str,
+    headers: Mapping[str, Any],
+    outcome: Outcome | None,
+    written: bool,
+) -> bool:
+    """``written``, after telling ``fmt`` (:meth:`QueueFormat.settled`) when it is True."""
+    if written:
+        try:
+            fmt.settled(queue, headers, outcome)
+        except Exception:  # the settlement stands; what follows it is the format's
+            logger.exception("queue format %s failed after settling a delivery", fmt.name)
+    return written
+
 
 def settle(store: DeliveryStore, receipt: Receipt, outcome: Outcome) -> bool:
     """Write ``outcome`` for the delivery ``receipt`` names; False when it is stale."""
@@ -256,4 +281,5 @@ __all__ = [
     "format_settings",
     "load_formats",
     "settle",
+    "tell_settled",
 ]

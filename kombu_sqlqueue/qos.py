@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from kombu.transport import virtual
 
 from .exceptions import StoreConditionError
-from .formats import DeliveryStore, Outcome, settle
+from .formats import DeliveryStore, Outcome, settle, tell_settled
 from .store import Receipt
 
 if TYPE_CHECKING:
@@ -377,14 +377,17 @@ class QoS(virtual.QoS):
         if held is not None:
             receipt = held.receipt
             fmt = self.channel.connection.formats.get(held.queue)
-            then = fmt.acked(held.queue, self._headers(delivery_tag)) if fmt is not None else ()
-            settlement = self._settlement(
-                held,
-                "ack",
-                (lambda store: store.ack_and_enqueue(receipt, then))
-                if then
-                else (lambda store: store.ack(receipt)),
-            )
+            if fmt is None:
+                settlement = self._settlement(held, "ack", lambda store: store.ack(receipt))
+            else:
+                queue, headers = held.queue, self._headers(delivery_tag)
+                then = fmt.acked(queue, headers)
+
+                def write(store: DeliveryStore) -> bool:
+                    done = store.ack_and_enqueue(receipt, then) if then else store.ack(receipt)
+                    return tell_settled(fmt, queue, headers, None, done)
+
+                settlement = self._settlement(held, "ack", write)
             self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
         self.channel.connection.room_freed.set()
@@ -417,9 +420,13 @@ class QoS(virtual.QoS):
                 if backoff and reason is not None
                 else fmt.rejected(held.queue, headers, held.attempts, requeue)
             )
-            receipt = held.receipt
+            receipt, queue = held.receipt, held.queue
             settlement = self._settlement(
-                held, "reject", lambda store: settle(store, receipt, outcome)
+                held,
+                "reject",
+                lambda store: tell_settled(
+                    fmt, queue, headers, outcome, settle(store, receipt, outcome)
+                ),
             )
             self.channel.connection.pending.settle(settlement)
         elif held is not None:

@@ -66,7 +66,14 @@ from .exceptions import (
     StoreError,
 )
 from .expiry import QueueKeeper
-from .formats import DeliveryStore, QueueFormat, Undeliverable, load_formats, settle
+from .formats import (
+    DeliveryStore,
+    QueueFormat,
+    Undeliverable,
+    load_formats,
+    settle,
+    tell_settled,
+)
 from .isolation import RedeliveryIsolation
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
@@ -669,6 +676,7 @@ class Transport(virtual.Transport):
             raise ValueError(f"queue {queue!r} has no queue format; fail_delivery is for those")
         outcome = fmt.failed(queue, headers, reason, timed_out=timed_out)
         written = settle(self.store_for(queue), receipt_of(tag), outcome)
+        tell_settled(fmt, queue, headers, outcome, written)
         if self.held.pop(tag) is not None:
             # Held here (a thread or solo pool): Kombu's ack or reject of it follows.
             self.settled_by_task.add(tag)

@@ -17,16 +17,23 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kombu_sqlqueue.exceptions import SqlQueueError
+
 from . import php_serialize
 from .exceptions import LaravelBridgeError, PhpSerializeError
+from .laravel_tables import JobBatches
 from .payload import JobCommand, Payload
 from .php_serialize import PhpObject
 from .tables import PushJob
+
+logger = logging.getLogger(__name__)
 
 CLOSURE_COMMAND = "Illuminate\\Queue\\CallQueuedClosure"
 #: How serialized PHP starts; anything else is base64 (PostgreSQL's form).
@@ -148,4 +155,66 @@ def callbacks_job(
     return PushJob(queue, payload.to_json(), 0, payload.uuid)
 
 
-__all__ = ["CALLBACKS_CODE", "BatchOptions", "callbacks_job"]
+def record_job(
+    batches: JobBatches,
+    batch_id: str,
+    job_uuid: str,
+    name: str,
+    *,
+    failure: str | None,
+    queue: str,
+    signing_key: bytes | None,
+    push: Callable[[PushJob], object],
+    warn: Callable[[str, str], None],
+) -> None:
+    """``CallQueuedHandler::ensureSuccessfulBatchJobIsRecorded`` / ``failed()``'s
+    ``ensureFailedBatchJobIsRecorded`` for job ``job_uuid`` (``name``) of batch ``batch_id``
+    (``failure``: None when it succeeded, else the failure's message): the counts as
+    ``Batch::recordSuccessfulJob`` / ``recordFailedJob`` write them, and the callbacks those
+    would call, queued for PHP with ``push`` on the batch's queue (else ``queue``), signed
+    with ``signing_key``. Problems go to ``warn(batch_id, text)``; nothing raises."""
+    try:
+        row = batches.find(batch_id)
+        if row is None:
+            return  # pruned or never stored: Laravel's find() returns null too
+        options = BatchOptions.parse(row.get("options"))
+        counts = batches.record(
+            batch_id, job_uuid, succeeded=failure is None, allow_failures=options.allow_failures
+        )
+    except (SqlQueueError, LaravelBridgeError) as error:
+        warn(batch_id, f"could not record {name} in batch {batch_id}: {error}")
+        return
+    if counts is None:
+        return
+    kinds: list[str] = []
+    if failure is None and counts.pending_jobs == 0 and options.has("then"):
+        kinds.append("then")
+    if failure is not None and counts.failed_jobs == 1 and options.has("catch"):
+        kinds.append("catch")
+    if counts.all_ran_once and options.has("finally"):
+        kinds.append("finally")
+    if not kinds:
+        return
+    if signing_key is None:
+        warn(batch_id, f"batch {batch_id}'s {'/'.join(kinds)} callbacks did not run: PHP runs "
+             "them from a queued closure signed with the app key; give the worker the app key "
+             "(--app-key, or the queue format's app_key)")  # fmt: skip
+        return
+    for kind in kinds:
+        try:
+            push(
+                callbacks_job(batch_id, kind, options.queue or queue, signing_key=signing_key,
+                              message=failure)
+            )  # fmt: skip
+        except (SqlQueueError, LaravelBridgeError) as error:
+            logger.error("batch %s's %s callbacks could not be queued: %s", batch_id, kind, error)
+            continue
+        logger.info(
+            "batch %s: its %s callbacks are queued for PHP on %r",
+            batch_id,
+            kind,
+            options.queue or queue,
+        )
+
+
+__all__ = ["CALLBACKS_CODE", "BatchOptions", "callbacks_job", "record_job"]

@@ -43,18 +43,28 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from kombu.utils import json as kombu_json
 
 from kombu_sqlqueue.envelope import delivery_tag, eta_delay
-from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage
-from kombu_sqlqueue.formats import DeliveryStore, Fail, HandBack, Outcome, Release, Undeliverable
+from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage, SqlQueueError
+from kombu_sqlqueue.formats import (
+    DeliveryStore,
+    Fail,
+    HandBack,
+    Outcome,
+    QueueFormat,
+    Release,
+    Undeliverable,
+)
 from kombu_sqlqueue.store import ClaimedJob, NewJob, StoreOptions
 from kombu_sqlqueue.store.database import Database
 
 from . import celery_signals
+from .batches import record_job
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .job import CLOSURE_COMMAND, MalformedJob, _set, chain_successor, parse_job
 from .laravel_tables import (
     MAX_LARAVEL_ATTEMPTS,
     ExceptionCounter,
+    JobBatches,
     LaravelDeliveries,
     LaravelTableStore,
 )
@@ -75,7 +85,7 @@ from .rules import (
     exceeded_before_start,
     out_of_attempts,
 )
-from .tables import LAYOUTS, ReservedJob
+from .tables import LAYOUTS, PushJob, ReservedJob
 from .worker import storable_text
 
 logger = logging.getLogger(__name__)
@@ -112,6 +122,7 @@ SETTINGS = frozenset(
         "backoff",
         "unknown_delay",
         "laravel_version",
+        "batches_table",
     }
 )
 
@@ -344,6 +355,14 @@ class LaravelFormat:
             raise ConfigurationError(
                 f"laravel queue format: laravel_version must be one of {LARAVEL_VERSIONS}"
             )
+        batches = settings.get("batches_table", "job_batches")
+        if batches is not None and not isinstance(batches, str):
+            raise ConfigurationError(
+                f"laravel queue format: batches_table is a table name or None, got {batches!r}"
+            )
+        self.batches_table: str | None = batches
+        self._batches: JobBatches | None = None
+        self._tables: LaravelTableStore | None = None
         self._counter: ExceptionCounter | None = None
         self._database: Database | None = None
         self._url: str | None = None
@@ -367,6 +386,7 @@ class LaravelFormat:
             url, jobs_table=self.jobs_table, failed_table=self.failed_table, options=options
         )
         self._database = store.database  # the exception counts share its pool, and close
+        self._tables = store
 
         classes = self.handled_classes if self.claim == "handled" else (lambda: None)
         return LaravelDeliveries(
@@ -434,6 +454,8 @@ class LaravelFormat:
             "failOnTimeout": payload.fail_on_timeout,
             "payload": text if isinstance(text, str) else None,
             "then": self._successor(parsed),
+            "batch": parsed.batch_id,
+            "batchCancelled": self._batch_cancelled(parsed.batch_id),
         }
         try:
             body = json.dumps([to_message(args), to_message(kwargs), _EMBED])
@@ -479,16 +501,13 @@ class LaravelFormat:
         }
 
     def _warn_untracked(self, parsed: Any) -> None:
-        """Once per batch / class: what a Celery worker does not keep for Laravel (yet)."""
+        """Once per batch / class: what a Celery worker does not keep for Laravel."""
         batch = parsed.batch_id
-        if batch is not None and ("batch", batch) not in self._warned:
-            self._warned.add(("batch", batch))
-            logger.warning(
-                "%s belongs to batch %s: a Celery worker runs it but does not record it in "
-                "job_batches (laravel-bridge work and PHP's worker do): the batch's counts and "
-                "callbacks are left as they are",
-                parsed.name,
+        if batch is not None and self.batches_table is None:
+            self._warn_batch(
                 batch,
+                f"{parsed.name} belongs to batch {batch}, which is not recorded (no "
+                "batches_table): its counts and callbacks are left as they are",
             )
         command = parsed.command
         unique = (
@@ -645,6 +664,72 @@ class LaravelFormat:
         payload.data["data"]["command"] = parsed.command.dumps().decode("utf-8", "surrogateescape")
         return payload.to_stored_json()
 
+    # -- batches ---------------------------------------------------------------------------
+
+    def _job_batches(self, batch_id: str) -> JobBatches | None:
+        if self.batches_table is None:
+            return None
+        if self._batches is None:
+            try:
+                self._batches = JobBatches(
+                    self._database or Database(str(self._url)), self.batches_table
+                )
+            except LaravelBridgeError as exc:
+                self._warn_batch(batch_id, f"cannot record batch {batch_id}: {exc}")
+                return None
+        return self._batches
+
+    def _batch_cancelled(self, batch_id: str | None) -> bool:
+        """Whether the job's batch was cancelled: Laravel's batched jobs check it first
+        (``$this->batch()->cancelled()``), a Celery task reads it as
+        ``self.request.laravel["batchCancelled"]``."""
+        batches = None if batch_id is None else self._job_batches(batch_id)
+        if batches is None or batch_id is None:
+            return False
+        try:
+            row = batches.find(batch_id)
+        except SqlQueueError as exc:
+            self._warn_batch(batch_id, f"cannot read batch {batch_id}: {exc}")
+            return False
+        return row is not None and row.get("cancelled_at") is not None
+
+    def _warn_batch(self, batch_id: str, message: str) -> None:
+        if ("batch", batch_id) not in self._warned:
+            self._warned.add(("batch", batch_id))
+            logger.warning("%s", message)
+
+    def _push_callbacks(self, job: PushJob) -> int:
+        if self._tables is None:
+            raise LaravelBridgeError(
+                "a batch's callbacks go to Laravel's jobs table, where PHP runs them: "
+                "the askr layout has none"
+            )
+        return self._tables.push(job.queue, job.payload, job.delay)
+
+    def settled(self, queue: str, headers: Mapping[str, Any], outcome: Outcome | None) -> None:
+        """A batched job done or failed: recorded in ``job_batches`` as Laravel records it,
+        and the batch's callbacks handed to PHP (``batches.record_job``)."""
+        meta = headers.get(HEADER)
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("batch"), str):
+            return
+        if outcome is not None and not isinstance(outcome, Fail):
+            return  # released or handed back: not done yet
+        batch_id, uuid = meta["batch"], str(meta.get("uuid"))
+        batches = self._job_batches(batch_id)
+        if batches is None:
+            return
+        record_job(
+            batches,
+            batch_id,
+            uuid,
+            str(meta.get("class") or headers.get("task")),
+            failure=None if outcome is None else outcome.reason.split("\n", 1)[0],
+            queue=queue,
+            signing_key=self.encrypter.key if self.encrypter is not None else None,
+            push=self._push_callbacks,
+            warn=self._warn_batch,
+        )
+
     # -- settling -----------------------------------------------------------------------
 
     def acked(self, queue: str, headers: Mapping[str, Any]) -> list[NewJob]:
@@ -735,7 +820,7 @@ class LaravelFormat:
 _MISSING = object()
 
 
-def laravel(settings: Mapping[str, Any]) -> LaravelFormat:
+def laravel(settings: Mapping[str, Any]) -> QueueFormat:
     """The ``laravel`` entry point of ``kombu_sqlqueue.formats``."""
     return LaravelFormat(settings)
 

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
 
-from .batches import BatchOptions, callbacks_job
+from .batches import record_job
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
@@ -765,58 +765,21 @@ class Worker:
         return row is not None and row.get("cancelled_at") is not None
 
     def _record_batch(self, job: ReservedJob, parsed: Job, exc: BaseException | None) -> None:
-        """``CallQueuedHandler::ensureSuccessfulBatchJobIsRecorded`` / ``failed()``'s
-        ``ensureFailedBatchJobIsRecorded``: the counts as ``Batch::recordSuccessfulJob`` /
-        ``recordFailedJob`` write them, and the callbacks those would call, handed to PHP."""
+        """The batch's counts and callbacks for a job done or failed (``batches.record_job``)."""
         batches = self._batches(parsed)
-        batch_id = parsed.batch_id
-        if batches is None or batch_id is None:
+        if batches is None or parsed.batch_id is None:
             return
-        try:
-            row = batches.find(batch_id)
-            if row is None:
-                return  # pruned or never stored: Laravel's find() returns null too
-            options = BatchOptions.parse(row.get("options"))
-            counts = batches.record(
-                batch_id, parsed.uuid, succeeded=exc is None, allow_failures=options.allow_failures
-            )
-        except (SqlQueueError, LaravelBridgeError) as error:
-            self._warn_batch(
-                batch_id, f"could not record {parsed.name} in batch {batch_id}: {error}"
-            )
-            return
-        if counts is None:
-            return
-        kinds: list[str] = []
-        if exc is None and counts.pending_jobs == 0 and options.has("then"):
-            kinds.append("then")
-        if exc is not None and counts.failed_jobs == 1 and options.has("catch"):
-            kinds.append("catch")
-        if counts.all_ran_once and options.has("finally"):
-            kinds.append("finally")
-        if not kinds:
-            return
-        if self.encrypter is None:
-            self._warn_batch(batch_id, f"batch {batch_id}'s {'/'.join(kinds)} callbacks did not "
-                             "run: PHP runs them from a queued closure signed with the app key; "
-                             "give the worker --app-key")  # fmt: skip
-            return
-        message = None if exc is None else _message(exc)
-        queue = options.queue or job.queue
-        for kind in kinds:
-            try:
-                self.table.push(
-                    callbacks_job(batch_id, kind, queue, signing_key=self.encrypter.key,
-                                  message=message)
-                )  # fmt: skip
-            except (SqlQueueError, LaravelBridgeError) as error:
-                logger.error(
-                    "batch %s's %s callbacks could not be queued: %s", batch_id, kind, error
-                )
-                continue
-            logger.info(
-                "batch %s: its %s callbacks are queued for PHP on %r", batch_id, kind, queue
-            )
+        record_job(
+            batches,
+            parsed.batch_id,
+            parsed.uuid,
+            parsed.name,
+            failure=None if exc is None else _message(exc),
+            queue=job.queue,
+            signing_key=self.encrypter.key if self.encrypter is not None else None,
+            push=self.table.push,
+            warn=self._warn_batch,
+        )
 
     def _warn_batch(self, batch_id: str, message: str) -> None:
         if batch_id not in self._batch_warned:

@@ -39,6 +39,7 @@ CLASSES = (
     "App\\Jobs\\Slow",
     "App\\Things\\SendShipmentNotification",
     "App\\Things\\OrderShippedMail",
+    "App\\Things\\BatchStep",
 )
 
 
@@ -77,7 +78,7 @@ def behave(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if name == "App\\Jobs\\Slow":
         time.sleep(float(kwargs["seconds"]))  # past its timeout: Celery's hard time limit
     label = str(kwargs.get("label", ""))
-    if name == "App\\Jobs\\Ping" and label.startswith("fail"):
+    if name in ("App\\Jobs\\Ping", "App\\Things\\BatchStep") and label.startswith("fail"):
         raise RuntimeError(f"{label}: attempt {attempts}")
     if name == "App\\Jobs\\Ping" and label.startswith("sleep-once") and attempts == 1:
         time.sleep(120)  # killed meanwhile

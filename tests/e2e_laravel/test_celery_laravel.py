@@ -449,3 +449,56 @@ def test_on_contract_v1s_table_a_job_celery_has_no_task_for_is_handed_back_for_a
     Worker(askr.table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=registry).run()
     assert ran == [theirs.uuid] and askr.size("default") == 0
     askr.close()
+
+
+def batch_row(db_url: str, batch_id: str) -> dict[str, Any]:
+    import sqlalchemy as sa
+    from laravel_support import sql_engine
+
+    engine = sql_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.text("SELECT * FROM job_batches WHERE id = :id"), {"id": batch_id}
+            )
+            return dict(found.one()._mapping)
+    finally:
+        engine.dispose()
+
+
+def callbacks(queue: LaravelQueueHarness) -> list[str]:
+    return sorted(r["class"] for r in queue.runs() if r["class"].startswith("batch-"))
+
+
+@pytest.mark.parametrize(
+    ("labels", "counts", "expected"),
+    [
+        (("a", "b"), (0, 0), ["batch-finally", "batch-then"]),
+        (("ok", "fail-b"), (1, 1), ["batch-catch", "batch-finally"]),
+    ],
+)
+def test_a_batch_celery_runs_is_recorded_and_php_runs_its_callbacks_once(
+    queue: LaravelQueueHarness,
+    celery_worker: Callable[..., CeleryWorker],
+    out: Path,
+    labels: tuple[str, ...],
+    counts: tuple[int, int],
+    expected: list[str],
+) -> None:
+    batch = queue.batch(*labels)
+    worker = celery_worker(LC_CLASSES="App\\Things\\BatchStep")
+    wait_for(lambda: len(runs_of(out)) == len(labels), 30, "the batch's jobs")
+    wait_for(
+        lambda: (batch_row(queue.db_url, batch["batch_id"])["pending_jobs"],
+                 batch_row(queue.db_url, batch["batch_id"])["failed_jobs"]) == counts,
+        30,
+        "the batch recorded",
+    )  # fmt: skip
+    assert worker.stop() == 0
+    row = batch_row(queue.db_url, batch["batch_id"])
+    assert row["finished_at"] is not None
+    assert (row["cancelled_at"] is not None) is (counts[1] > 0)  # a first failure cancels
+    php = queue.work()  # the callbacks Celery's worker queued for PHP
+    assert php.returncode == 0, php.stderr
+    assert callbacks(queue) == expected
+    assert queue.work().returncode == 0 and callbacks(queue) == expected  # once each

@@ -343,14 +343,18 @@ def test_a_chained_job_that_fails_stores_no_next_job(
 
 
 def test_what_a_celery_worker_does_not_keep_for_laravel_is_said_once(
-    conn: Connection, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
+    db_url: str, layout: str, queue: LaravelQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
     for n in range(2):
         queue.dispatch("App\\Jobs\\Step", {"n": n, "batchId": "batch-1"}, queue=QUEUE)
         queue.dispatch("App\\Jobs\\Report", {"n": n, "uniqueFor": 60}, queue=QUEUE)
-    with caplog.at_level(logging.WARNING, logger="laravel_bridge.messages"):
+    unrecorded = options(layout, batches_table=None)
+    with (
+        Connection(f"sqlqueue+{db_url}", transport_options=unrecorded) as c,
+        caplog.at_level(logging.WARNING, logger="laravel_bridge.messages"),
+    ):
         for _ in range(4):
-            get(conn).ack()
+            get(c).ack()
     said = [r.getMessage() for r in caplog.records]
-    assert sum("belongs to batch batch-1" in m for m in said) == 1
+    assert sum("belongs to batch batch-1, which is not recorded" in m for m in said) == 1
     assert sum("App\\Jobs\\Report looks unique" in m for m in said) == 1
