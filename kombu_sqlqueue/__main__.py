@@ -1,3 +1,3 @@
-from .cli import run
+from .ops.cli import run
 
 run()

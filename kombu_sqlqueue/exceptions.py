@@ -24,6 +24,18 @@ class InvalidURL(ConfigurationError):
     """The broker URL cannot be used by kombu-sqlqueue."""
 
 
+class DatabaseMissing(ConfigurationError):
+    """The database (an SQLite file) does not exist; an operator command creates nothing."""
+
+
+class UnknownQueue(SqlQueueError, ValueError):
+    """No job, dead letter or binding names this queue."""
+
+
+class UnknownFailedJob(SqlQueueError, LookupError):
+    """No failed job has this id or uuid."""
+
+
 class UnknownTransportOption(ConfigurationError):
     """A transport option is not one kombu-sqlqueue knows."""
 

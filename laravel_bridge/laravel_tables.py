@@ -37,12 +37,23 @@ import json
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from kombu_sqlqueue.exceptions import ConfigurationError
 from kombu_sqlqueue.store import ClaimedJob, ClaimResult, NewJob, Receipt
+from kombu_sqlqueue.store.admin import (
+    FailedJob,
+    QueueStats,
+    WaitingJob,
+    cutoff,
+    group_attempts,
+    merge_stats,
+    per_row,
+    row_ref,
+)
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
 from kombu_sqlqueue.store.executor import Tx
 from kombu_sqlqueue.store.model import check_claim
@@ -55,12 +66,16 @@ from kombu_sqlqueue.store.schema import (
     laravel_timestamp,
 )
 
+from .exceptions import PayloadError
+from .payload import Payload
+
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
     "BatchCounts",
     "CacheLocks",
     "ExceptionCounter",
     "JobBatches",
+    "LaravelAdmin",
     "LaravelDeliveries",
     "LaravelRow",
     "LaravelTableStore",
@@ -858,3 +873,156 @@ class JobBatches(LaravelAppTable):
             return BatchCounts(pending, failed, finished, cancelled)
 
         return self._run(work)
+
+
+class LaravelAdmin:
+    """``kombu_sqlqueue.store.admin.QueueAdmin`` over Laravel's ``jobs``/``failed_jobs``
+    (what ``queue:failed``, ``queue:retry``, ``queue:forget``, ``queue:flush`` and
+    ``queue:clear`` do, plus the figures Laravel's ``queue:monitor`` would want).
+
+    ``retry_after`` is the connection's: a reservation older than that counts as ready
+    (Laravel's workers take it back), a younger one as reserved. A retried job is pushed
+    as ``queue:retry`` pushes it (attempts 0, ``Payload.for_retry``) and forgotten in the
+    same transaction.
+    """
+
+    layout = "laravel"
+
+    def __init__(self, store: LaravelTableStore, retry_after: float = 90) -> None:
+        self._store = store
+        self.retry_after = retry_after
+        self.tables = (store.jobs_table.name, store.failed_table.name)
+
+    def _params(self) -> dict[str, Any]:
+        now = self._store._now()
+        return {"now": now, "expired": now - int(self.retry_after)}
+
+    def stats(self) -> list[QueueStats]:
+        s, params = self._store, self._params()
+
+        def work(tx: Tx) -> tuple[list[Any], list[Any]]:
+            jobs = tx.execute(s.q.laravel_stats, params).fetchall()
+            return jobs, tx.execute(s.q.laravel_failed_counts).fetchall()
+
+        jobs, dead = s._run(work, read_only=True)
+        return merge_stats(params["now"], jobs, dead)
+
+    def attempts(self) -> dict[str, dict[int, int]]:
+        s = self._store
+        rows = s._run(
+            lambda tx: tx.execute(s.q.laravel_attempts).fetchall(), read_only=True, single=True
+        )
+        return group_attempts(rows)
+
+    def is_known(self, queue: str) -> bool:
+        validate_queue_name(queue)
+        s = self._store
+        return bool(
+            s._run(
+                lambda tx: tx.execute(s.q.laravel_known, {"queue": queue}).fetchone()[0],
+                read_only=True,
+                single=True,
+            )
+        )
+
+    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+        validate_queue_name(queue)
+        s = self._store
+        params = {**self._params(), "queue": queue, "n": max(0, int(n))}
+        rows = s._run(
+            lambda tx: tx.execute(s.q.laravel_peek, params).fetchall(), read_only=True, single=True
+        )
+        return [
+            WaitingJob(int(i), str(q), s.q.laravel_stored_payload(p), int(a), int(at), int(c))
+            for i, q, a, at, c, *p in rows
+        ]
+
+    def _failed(self, rows: Sequence[Any]) -> list[FailedJob]:
+        return [
+            FailedJob(
+                id=int(i),
+                uuid=u,
+                queue=str(q),
+                payload=self._store.q.laravel_stored_payload(p),
+                exception=e,
+                failed_at=unix_timestamp(f),
+                connection=c,
+            )
+            for i, u, q, e, f, c, *p in rows
+        ]
+
+    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+        s = self._store
+        params: dict[str, Any] = {"limit": max(0, int(limit))}
+        query = s.q.laravel_failed_recent
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.laravel_failed_recent_queue
+        rows = s._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True, single=True)
+        return self._failed(rows)
+
+    def find_failed(self, ref: str) -> list[FailedJob]:
+        s = self._store
+        rows = s._run(
+            lambda tx: tx.execute(s.q.laravel_failed_find, row_ref(ref)).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return self._failed(rows)
+
+    def retry_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+
+        def retry(tx: Tx, job_id: int, now: int) -> bool:
+            found = tx.execute(s.q.laravel_failed_find, {"id": job_id, "uuid": None}).fetchone()
+            if found is None:
+                return False
+            (row,) = self._failed([found])
+            payload = row.payload
+            try:
+                rewritten = Payload.parse(payload).for_retry(now)
+            except PayloadError:  # pushed back as stored: its reader fails it again
+                rewritten = None
+            if rewritten is not None:
+                payload = rewritten.to_json()
+            s.q.laravel_insert_job(tx, s._row(row.queue, payload, 0.0, 0, now))
+            tx.execute(s.q.laravel_failed_delete, {"id": job_id})
+            return True
+
+        return per_row(s, ids, retry)
+
+    def forget_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+        return per_row(
+            s,
+            ids,
+            lambda tx, i, _now: tx.execute(s.q.laravel_failed_delete, {"id": i}).rowcount == 1,
+        )
+
+    def flush_failed(self, older_than: float | None = None, queue: str | None = None) -> int:
+        s = self._store
+        before = datetime.fromtimestamp(cutoff(s._now(), older_than), UTC).replace(tzinfo=None)
+        params: dict[str, Any] = {"before": before}
+        query = s.q.laravel_failed_flush
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.laravel_failed_flush_queue
+        return int(s._run(lambda tx: tx.execute(query, params).rowcount, single=True))
+
+    def purge(self, queue: str) -> int:
+        return self._store.purge(queue)
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def unix_timestamp(value: Any) -> int:
+    """``failed_at`` (a TIMESTAMP Laravel writes in UTC, read back as a naive datetime, or
+    SQLite's text of one) as unix seconds."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return int(value.replace(tzinfo=value.tzinfo or UTC).timestamp())
+    return int(value)

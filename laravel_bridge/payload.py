@@ -536,6 +536,22 @@ class Payload:
             ) from exc
         return text
 
+    def for_retry(self, now: float) -> Payload | None:
+        """This payload as ``php artisan queue:retry`` pushes it back, or None when it
+        would push it unchanged: ``attempts`` (a key Redis payloads carry) reset to 0, and
+        a ``retryUntil`` window started again from ``now`` — Laravel asks the job's
+        ``retryUntil()`` method, which Python cannot call, so the window kept is the one
+        the job was dispatched with (``retryUntil − createdAt``, Laravel 11+); a payload
+        without ``createdAt`` keeps its ``retryUntil`` (see ``docs/operations.md``)."""
+        data = dict(self.data)
+        if isinstance(data.get("attempts"), int) and data["attempts"] != 0:
+            data["attempts"] = 0
+        until, created = self.data.get("retryUntil"), self.created_at
+        if type(until) is int and created is not None and created <= until:
+            data["retryUntil"] = int(now) + (until - created)
+            data["createdAt"] = int(now)
+        return None if data == self.data else Payload(data)
+
     # Laravel's keys, read-only views.
     @property
     def uuid(self) -> str | None:

@@ -187,3 +187,23 @@ class TableStore:
         """Close the pooled connections of a database this store opened."""
         if self._owns_database:
             self.database.close()
+
+
+def schema_ddl(
+    url: str, layout: str = "askr", *, jobs_table: str = "jobs", failed_table: str = "failed_jobs"
+) -> list[str]:
+    """The statements that create ``layout``'s tables (``askr``: contract v1's and ours;
+    ``laravel``: Laravel's ``jobs``/``failed_jobs``) on ``url``'s engine, for a DBA who
+    applies schema by hand. Nothing connects to the database."""
+    engine_cls, parsed = parse_store_url(url)
+    queries = engine_cls.queries(jobs_table, failed_table)
+    metadata = queries.metadata if layout == "askr" else queries.laravel_jobs.metadata
+    statements: list[str] = []
+
+    def record(sql: sa.schema.ExecutableDDLElement, *_args: object, **_kw: object) -> None:
+        text = str(sql.compile(dialect=mock.dialect)).strip()
+        statements.append("\n".join(line.rstrip() for line in text.splitlines()) + ";")
+
+    mock = sa.create_mock_engine(parsed, record)
+    metadata.create_all(mock, checkfirst=False)
+    return statements

@@ -23,6 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+#: The durable queue contract these tables speak (``askr_jobs`` / ``askr_failed_jobs``).
+CONTRACT_VERSION = 1
 JOBS_TABLE = "askr_jobs"
 FAILED_TABLE = "askr_failed_jobs"
 #: Exchange bindings (ours, not contract v1's): every process routes by the same table.

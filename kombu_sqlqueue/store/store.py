@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..limits import fit_utf8
+from .admin import ContractAdmin
 from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
 from .executor import Tx
@@ -65,6 +66,8 @@ class JobStore(TableStore):
         self.q = self.engine.queries()
         #: Bindings and queue records, on this store's database.
         self.topology = Topology(self)
+        #: The operator's verbs (stats, peek, dead letters, purge), on this store.
+        self.admin = ContractAdmin(self)
         self._listener: Listener | None = None
         self._listener_tried = False
 

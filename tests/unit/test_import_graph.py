@@ -161,3 +161,15 @@ def test_the_transport_holds_no_sql() -> None:
         if m.startswith("kombu_sqlqueue") and not m.startswith("kombu_sqlqueue.store")
     }
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_only_the_operator_tools_import_the_bridge() -> None:
+    """``kombu_sqlqueue.ops`` (the CLI, the exporter) sits on top of the store and the
+    bridge's tables; the transport reaches the bridge only by entry point."""
+    graph = ours(imports())
+    offenders = {
+        m: {d for d in deps if d.startswith("laravel_bridge")}
+        for m, deps in graph.items()
+        if m.startswith("kombu_sqlqueue") and not m.startswith("kombu_sqlqueue.ops")
+    }
+    assert {m: d for m, d in offenders.items() if d} == {}

@@ -244,6 +244,87 @@ class Queries:
         """
     )
 
+    # -- what operators read and steer (store/admin.py) ---------------------------------
+    # One pass over the jobs for every queue's figures: the columns it reads are all in
+    # the claim index, so a server engine can answer from the index alone.
+    queue_stats = sa.text(
+        """
+        SELECT queue,
+               count(*),
+               count(CASE WHEN available_at <= :now
+                           AND (reserved_until IS NULL OR reserved_until <= :now)
+                          THEN 1 END),
+               count(CASE WHEN reserved_until > :now THEN 1 END),
+               count(CASE WHEN available_at > :now
+                           AND (reserved_until IS NULL OR reserved_until <= :now)
+                          THEN 1 END),
+               min(CASE WHEN available_at <= :now
+                         AND (reserved_until IS NULL OR reserved_until <= :now)
+                        THEN available_at END)
+          FROM askr_jobs GROUP BY queue
+        """
+    )
+    queue_attempts = sa.text(
+        "SELECT queue, attempts, count(*) FROM askr_jobs GROUP BY queue, attempts"
+    )
+    # The jobs no one holds, in the order claims will take them: the ready ones in
+    # claim order (all sort as :now), then the delayed ones by when they become ready.
+    queue_peek = sa.text(
+        """
+        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+               created_at
+          FROM askr_jobs
+         WHERE queue = :queue AND (reserved_until IS NULL OR reserved_until <= :now)
+         ORDER BY CASE WHEN available_at <= :now THEN :now ELSE available_at END,
+                  priority DESC, available_at, id
+         LIMIT :n
+        """
+    )
+    # A queue is known while it has a job, a dead letter or a binding (contract v1 keeps
+    # no list of queues).
+    queue_known = sa.text(
+        """
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM askr_jobs WHERE queue = :queue)
+                      OR EXISTS (SELECT 1 FROM askr_failed_jobs WHERE queue = :queue)
+                      OR EXISTS (SELECT 1 FROM askr_bindings WHERE queue = :queue)
+                    THEN 1 ELSE 0 END
+        """
+    )
+    dead_letter_counts = sa.text("SELECT queue, count(*) FROM askr_failed_jobs GROUP BY queue")
+    # Newest first, as Laravel's queue:failed lists them.
+    dead_letter_recent = sa.text(
+        """
+        SELECT id, uuid, queue, payload, exception, attempts, failed_at
+          FROM askr_failed_jobs ORDER BY id DESC LIMIT :limit
+        """
+    )
+    dead_letter_recent_queue = sa.text(
+        """
+        SELECT id, uuid, queue, payload, exception, attempts, failed_at
+          FROM askr_failed_jobs WHERE queue = :queue ORDER BY id DESC LIMIT :limit
+        """
+    )
+    # By row id or by the job's uuid (a Celery task id): what an operator copies.
+    dead_letter_find = sa.text(
+        """
+        SELECT id, uuid, queue, payload, exception, attempts, failed_at
+          FROM askr_failed_jobs WHERE id = :id OR uuid = :uuid ORDER BY id
+        """
+    )
+    # Back on its queue as a new job: attempts reset (Laravel's queue:retry), ready now.
+    dead_letter_retry_copy = sa.text(
+        """
+        INSERT INTO askr_jobs (queue, payload, priority, available_at, attempts, max_attempts,
+                               created_at, uuid)
+        SELECT queue, payload, 0, :now, 0, :max_attempts, :now, uuid
+          FROM askr_failed_jobs WHERE id = :id
+        """
+    )
+    dead_letter_forget = sa.text("DELETE FROM askr_failed_jobs WHERE id = :id")
+    dead_letter_sweep_queue = sa.text(
+        "DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff AND queue = :queue"
+    )
+
     # -- one instance per store ---------------------------------------------------------
 
     def __init__(self, laravel_jobs: str = "jobs", laravel_failed: str = "failed_jobs") -> None:
@@ -442,6 +523,87 @@ class Queries:
         )
         self.laravel_failed_forget = sa.delete(failed).where(failed.c.uuid == sa.bindparam("uuid"))
         self.laravel_failed_list = sa.select(failed).order_by(failed.c.id.desc())
+        self._build_laravel_admin(jobs, failed, ready)
+
+    def _build_laravel_admin(self, jobs: sa.Table, failed: sa.Table, ready: Any) -> None:
+        """What operators read and steer on Laravel's tables (``LaravelAdmin``): the same
+        statements as contract v1's ``queue_stats`` … ``dead_letter_*``, by Laravel's rules
+        (a reservation older than ``:expired``, now − retry_after, is ready again)."""
+        j, f = jobs.c, failed.c
+        now: Any = sa.bindparam("now")
+        expired: Any = sa.bindparam("expired")
+        held = j.reserved_at > expired
+        delayed = sa.and_(j.reserved_at.is_(None), j.available_at > now)
+        self.laravel_stats = sa.select(
+            j.queue,
+            sa.func.count(),
+            sa.func.count(sa.case((ready, 1))),
+            sa.func.count(sa.case((held, 1))),
+            sa.func.count(sa.case((delayed, 1))),
+            sa.func.min(sa.case((ready, j.available_at))),
+        ).group_by(j.queue)
+        self.laravel_attempts = sa.select(j.queue, j.attempts, sa.func.count()).group_by(
+            j.queue, j.attempts
+        )
+        # Laravel's claim order is the id among ready rows; delayed ones by when they wake.
+        self.laravel_peek = (
+            sa.select(
+                j.id,
+                j.queue,
+                j.attempts,
+                j.available_at,
+                j.created_at,
+                *self.laravel_payload_read(j.payload),
+            )
+            .where(
+                j.queue == sa.bindparam("queue"),
+                sa.or_(j.reserved_at.is_(None), j.reserved_at <= expired),
+            )
+            .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
+            .limit(sa.bindparam("n"))
+        )
+        by_queue = j.queue == sa.bindparam("queue")
+        self.laravel_known = sa.select(
+            sa.case(
+                (
+                    sa.or_(
+                        sa.exists().where(by_queue),
+                        sa.exists().where(f.queue == sa.bindparam("queue")),
+                    ),
+                    1,
+                ),
+                else_=0,
+            )
+        )
+        self.laravel_failed_counts = sa.select(f.queue, sa.func.count()).group_by(f.queue)
+        listed = sa.select(
+            f.id,
+            f.uuid,
+            f.queue,
+            f.exception,
+            f.failed_at,
+            f.connection,
+            *self.laravel_payload_read(f.payload),
+        )
+        self.laravel_failed_recent = listed.order_by(f.id.desc()).limit(sa.bindparam("limit"))
+        self.laravel_failed_recent_queue = self.laravel_failed_recent.where(
+            f.queue == sa.bindparam("queue")
+        )
+        # By row id or by uuid (what queue:failed shows as the ID).
+        self.laravel_failed_find = listed.where(
+            sa.or_(f.id == sa.bindparam("id"), f.uuid == sa.bindparam("uuid"))
+        ).order_by(f.id)
+        self.laravel_failed_delete = sa.delete(failed).where(f.id == sa.bindparam("id"))
+        before = f.failed_at < sa.bindparam("before", type_=sa.DateTime)
+        self.laravel_failed_flush = sa.delete(failed).where(before)
+        self.laravel_failed_flush_queue = sa.delete(failed).where(
+            before, f.queue == sa.bindparam("queue")
+        )
+
+    def laravel_payload_read(self, payload: Any) -> list[Any]:
+        """The columns that read a stored payload back (what :meth:`laravel_stored_payload`
+        takes)."""
+        return [payload]
 
     def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
         """The payload from the columns :attr:`laravel_pop_lock` selects after id and

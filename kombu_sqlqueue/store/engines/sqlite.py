@@ -70,22 +70,25 @@ class SQLiteQueries(Queries):
     # written back into failed_jobs.payload keeps them byte for byte).
     # PostgreSQL and MariaDB/MySQL (utf8mb4, strict mode) refuse invalid UTF-8 in a text
     # column at INSERT, and have no BLOB in a TEXT column, so they need no such read.
+    # Every statement reading a payload back (pops, held rows, the operator's peek and
+    # failed-job reads) reads it through laravel_payload_read.
+    def laravel_payload_read(self, payload: Any) -> list[Any]:
+        return [
+            sa.cast(payload, sa.LargeBinary).label("payload"),
+            sa.func.typeof(payload).label("payload_type"),
+        ]
+
     def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
         super()._build_laravel(jobs, failed)
         j = jobs.c
         self.laravel_pop_lock = self.laravel_pop_lock.with_only_columns(
-            j.id,
-            j.attempts,
-            sa.cast(j.payload, sa.LargeBinary).label("payload"),
-            sa.func.typeof(j.payload).label("payload_type"),
+            j.id, j.attempts, *self.laravel_payload_read(j.payload)
         )
         self.laravel_pop_lock_named = self.laravel_named_pop(
             self.laravel_pop_lock, jobs, self.laravel_ready
         )
         self.laravel_held = self.laravel_held.with_only_columns(
-            j.queue,
-            sa.cast(j.payload, sa.LargeBinary).label("payload"),
-            sa.func.typeof(j.payload).label("payload_type"),
+            j.queue, *self.laravel_payload_read(j.payload)
         )
 
     def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:

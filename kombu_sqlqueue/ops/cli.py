@@ -1,0 +1,592 @@
+"""``kombu-sqlqueue`` (or ``python -m kombu_sqlqueue``): see and steer the queues without SQL.
+
+Every command takes the database as its first argument: a Celery ``broker_url`` pasted as
+is (``sqlqueue+sqlite:///queue.db``) or a plain SQLAlchemy URL, and ``--layout`` where
+it applies (``askr``, contract v1's tables, the default; ``laravel``, Laravel's
+``jobs``/``failed_jobs``). Tables for people; ``--json`` for scripts. Bad input is one
+line on stderr starting ``error:`` and exit status 2; nothing is created by a command
+other than ``create-tables``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from .._version import __version__
+from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
+from ..store import JobStore, StoreOptions
+from ..store.admin import FailedJob, QueueAdmin, QueueStats
+from ..store.database import schema_ddl
+from ..store.schema import CONTRACT_VERSION
+from .connect import LAYOUTS, open_admin, store_url
+from .summary import summarize
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: A limit no failed table reaches: ``failed retry --all`` reads every id first, so jobs
+#: that fail again while it runs are not retried again by the same command.
+_EVERY = 2**62
+
+
+def _layout_options(command: F) -> F:
+    """``--layout`` and Laravel's table settings (read only with ``--layout laravel``)."""
+    options = [
+        click.option(
+            "--layout",
+            type=click.Choice(LAYOUTS),
+            default="askr",
+            show_default=True,
+            help="askr: contract v1's askr_jobs/askr_failed_jobs; laravel: Laravel's "
+            "jobs/failed_jobs.",
+        ),
+        click.option("--jobs-table", default="jobs", show_default=True, help="Laravel layout."),
+        click.option(
+            "--failed-table", default="failed_jobs", show_default=True, help="Laravel layout."
+        ),
+        click.option(
+            "--retry-after",
+            default=90.0,
+            show_default=True,
+            help="Laravel layout: the connection's retry_after (a reservation older than "
+            "this counts as ready again).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _admin(kw: dict[str, Any], url: str) -> QueueAdmin:
+    return open_admin(
+        url,
+        kw.pop("layout"),
+        jobs_table=kw.pop("jobs_table"),
+        failed_table=kw.pop("failed_table"),
+        retry_after=kw.pop("retry_after"),
+    )
+
+
+def _when(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _safe(text: object) -> str:
+    """``text`` printable on any terminal encoding: a stored row may hold a lone surrogate
+    (a JSON ``\\ud800``), which would make the print fail."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: int = 0) -> None:
+    """Print ``rows`` in aligned columns; the columns from ``right`` on right-aligned."""
+    text = [[_safe(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in text)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if right and i >= right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    click.echo(line(headers))
+    for row in text:
+        click.echo(line(row))
+
+
+def _one_line(text: str | None, width: int = 60) -> str:
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(_ctx: click.Context | None, _param: object, value: str | None) -> float | None:
+    """``7d``, ``12h``, ``30m``, ``45s`` or plain seconds, as seconds."""
+    if value is None:
+        return None
+    found = _DURATION.match(value)
+    if found is None:
+        raise click.BadParameter(f"{value!r} is not a duration such as 90, 45s, 30m, 12h, 7d, 2w")
+    return float(found.group(1)) * _UNIT[found.group(2)]
+
+
+def _check_queues(admin: QueueAdmin, queues: Iterable[str]) -> None:
+    for queue in queues:
+        if not admin.is_known(queue):
+            known = ", ".join(s.queue for s in admin.stats()[:20]) or "none"
+            raise UnknownQueue(
+                f"queue {queue!r} holds no job and no failed job in {admin.tables[0]} / "
+                f"{admin.tables[1]} (queues there: {known})"
+            )
+
+
+# -- the commands --------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__,
+    prog_name="kombu-sqlqueue",
+    message=f"%(prog)s %(version)s (durable queue contract v{CONTRACT_VERSION})",
+)
+def main() -> None:
+    """See and steer kombu-sqlqueue's queues (and Laravel's database queue) without SQL."""
+
+
+@main.command("create-tables")
+@click.argument("url")
+@_layout_options
+@click.option("--sql", is_flag=True, help="Print this engine's DDL instead; connect to nothing.")
+def create_tables(url: str, sql: bool, **kw: Any) -> None:
+    """Create the queue tables (idempotent), or print their DDL with --sql."""
+    layout, jobs, failed = kw["layout"], kw["jobs_table"], kw["failed_table"]
+    database = store_url(url, must_exist=False)
+    if sql:
+        click.echo("\n\n".join(schema_ddl(database, layout, jobs_table=jobs, failed_table=failed)))
+        return
+    if layout == "askr":
+        store = JobStore(database, StoreOptions(create_tables=True))
+        try:
+            store.create_schema()
+        finally:
+            store.close()
+        click.echo(
+            "tables ready: askr_jobs, askr_failed_jobs, askr_bindings, askr_queues "
+            f"(durable queue contract v{CONTRACT_VERSION})"
+        )
+        return
+    from laravel_bridge.laravel_tables import LaravelTableStore
+
+    tables = LaravelTableStore(database, jobs_table=jobs, failed_table=failed)
+    try:
+        tables.create_schema()
+    finally:
+        tables.close()
+    click.echo(f"tables ready: {jobs}, {failed} (Laravel's database queue)")
+
+
+def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
+    found = admin.stats()
+    histogram = admin.attempts()
+    by_name = {s.queue: s for s in found}
+    wanted = queues or [s.queue for s in found]
+    rows = []
+    for name in wanted:
+        kept = by_name.get(name, QueueStats(name))
+        rows.append(
+            QueueStats(
+                kept.queue,
+                kept.total,
+                kept.ready,
+                kept.reserved,
+                kept.delayed,
+                kept.oldest_seconds,
+                kept.dead_letters,
+                histogram.get(name, {}),
+            )
+        )
+    return rows
+
+
+def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
+    if not rows:
+        click.echo(f"no queues: {tables[0]} and {tables[1]} are empty")
+        return
+    _table(
+        ["queue", "total", "ready", "reserved", "delayed", "oldest_s", "failed", "attempts"],
+        (
+            [
+                r.queue,
+                r.total,
+                r.ready,
+                r.reserved,
+                r.delayed,
+                r.oldest_seconds,
+                r.dead_letters,
+                " ".join(f"{a}:{n}" for a, n in r.attempts.items()) or "-",
+            ]
+            for r in rows
+        ),
+        right=1,
+    )
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queues", nargs=-1)
+@_layout_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
+def stats(
+    url: str, queues: tuple[str, ...], as_json: bool, watch: bool, interval: float, **kw: Any
+) -> None:
+    """Per queue: total, ready, reserved, delayed, oldest ready age, failed, attempts used.
+
+    Every queue holding a job or a failed job, or only QUEUES."""
+    admin = _admin(kw, url)
+    try:
+        _check_queues(admin, queues)
+        while True:
+            rows = _stats_rows(admin, queues)
+            if watch:
+                click.clear()
+                click.echo(f"{_when(time.time())} UTC — every {interval:g}s, Ctrl-C to stop")
+            if as_json:
+                click.echo(json.dumps([_stats_json(r) for r in rows]))
+            else:
+                _print_stats(rows, admin.tables)
+            if not watch:
+                return
+            sys.stdout.flush()
+            time.sleep(interval)
+    finally:
+        admin.close()
+
+
+def _stats_json(row: QueueStats) -> dict[str, Any]:
+    return {
+        "queue": row.queue,
+        "total": row.total,
+        "ready": row.ready,
+        "reserved": row.reserved,
+        "delayed": row.delayed,
+        "oldest_seconds": row.oldest_seconds,
+        "dead_letters": row.dead_letters,
+        "attempts": {str(a): n for a, n in row.attempts.items()},
+    }
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queue")
+@_layout_options
+@click.option("-n", "count", default=10, show_default=True, help="How many jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def peek(url: str, queue: str, count: int, as_json: bool, **kw: Any) -> None:
+    """The next jobs of QUEUE in claim order (ready ones, then delayed ones), summarized."""
+    layout = kw["layout"]
+    admin = _admin(kw, url)
+    try:
+        _check_queues(admin, [queue])
+        jobs = admin.peek(queue, count)
+    finally:
+        admin.close()
+    now = time.time()
+    shown = []
+    for job in jobs:
+        summary = summarize(job.payload, layout)
+        state = "ready" if job.available_at <= now else f"in {job.available_at - int(now)}s"
+        shown.append((job, summary, state))
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": job.id,
+                        "uuid": job.uuid,
+                        "state": "ready" if state == "ready" else "delayed",
+                        "available_at": job.available_at,
+                        "priority": job.priority,
+                        "attempts": job.attempts,
+                        **summary.as_dict(),
+                    }
+                    for job, summary, state in shown
+                ]
+            )
+        )
+        return
+    if not shown:
+        click.echo(f"queue {queue!r} has no waiting jobs")
+        return
+    _table(
+        ["id", "state", "prio", "attempts", "kind", "name", "arguments"],
+        (
+            [job.id, state, job.priority, job.attempts, s.kind, s.name, _one_line(s.detail, 80)]
+            for job, s, state in shown
+        ),
+    )
+
+
+@main.group()
+def failed() -> None:
+    """Failed (dead-lettered) jobs: list, show, retry, forget, flush."""
+
+
+def _failed_json(job: FailedJob, layout: str, full: bool = False) -> dict[str, Any]:
+    summary = summarize(job.payload, layout)
+    found: dict[str, Any] = {
+        "id": job.id,
+        "uuid": job.uuid,
+        "queue": job.queue,
+        "failed_at": _when(job.failed_at),
+        "attempts": job.attempts,
+        "connection": job.connection,
+        **summary.as_dict(),
+        "exception": job.exception if full else _one_line(job.exception, 200),
+    }
+    if full:
+        payload = job.payload
+        found["payload"] = (
+            payload if isinstance(payload, str) else payload.decode("utf-8", "backslashreplace")
+        )
+    return found
+
+
+@failed.command("list")
+@click.argument("url")
+@_layout_options
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--limit", default=50, show_default=True, help="The newest this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def failed_list(url: str, queue: str | None, limit: int, as_json: bool, **kw: Any) -> None:
+    """The newest failed jobs (as Laravel's queue:failed lists them)."""
+    layout = kw["layout"]
+    admin = _admin(kw, url)
+    try:
+        jobs = admin.failed(queue, limit)
+    finally:
+        admin.close()
+    if as_json:
+        click.echo(json.dumps([_failed_json(j, layout) for j in jobs]))
+        return
+    if not jobs:
+        click.echo("no failed jobs" + (f" on queue {queue!r}" if queue else ""))
+        return
+    _table(
+        ["id", "uuid", "queue", "failed_at", "name", "exception"],
+        (
+            [
+                j.id,
+                j.uuid or "-",
+                j.queue,
+                _when(j.failed_at),
+                summarize(j.payload, layout).name,
+                _one_line(j.exception),
+            ]
+            for j in jobs
+        ),
+    )
+
+
+def _resolve(admin: QueueAdmin, refs: Sequence[str]) -> list[FailedJob]:
+    """The failed jobs ``refs`` name (row ids or uuids); every ref must name one."""
+    found: dict[int, FailedJob] = {}
+    for ref in refs:
+        jobs = admin.find_failed(ref)
+        if not jobs:
+            raise UnknownFailedJob(f"no failed job in {admin.tables[1]} has id or uuid {ref!r}")
+        found.update((j.id, j) for j in jobs)
+    return list(found.values())
+
+
+@failed.command("show")
+@click.argument("url")
+@click.argument("ref", metavar="ID")
+@_layout_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def failed_show(url: str, ref: str, as_json: bool, **kw: Any) -> None:
+    """One failed job, whole: ID is its row id or its uuid (a Celery task id)."""
+    layout = kw["layout"]
+    admin = _admin(kw, url)
+    try:
+        jobs = _resolve(admin, [ref])
+    finally:
+        admin.close()
+    if as_json:
+        click.echo(json.dumps([_failed_json(j, layout, full=True) for j in jobs]))
+        return
+    for job in jobs:
+        shown = _failed_json(job, layout, full=True)
+        for key in ("id", "uuid", "queue", "connection", "failed_at", "attempts", "kind", "name"):
+            if shown[key] is not None:
+                click.echo(_safe(f"{key + ':':12}{shown[key]}"))
+        click.echo(_safe(f"{'arguments:':12}{shown['detail']}"))
+        click.echo("exception:")
+        click.echo(_safe((job.exception or "").rstrip()))
+        click.echo("payload:")
+        click.echo(_safe(shown["payload"]))
+
+
+@failed.command("retry")
+@click.argument("url")
+@click.argument("refs", nargs=-1, metavar="[ID]...")
+@_layout_options
+@click.option("--all", "every", is_flag=True, help="Every failed job (of --queue).")
+@click.option("--queue", default=None, help="With --all: only this queue.")
+def failed_retry(
+    url: str, refs: tuple[str, ...], every: bool, queue: str | None, **kw: Any
+) -> None:
+    """Put failed jobs back on their queues, attempts reset (Laravel's queue:retry)."""
+    if bool(refs) == every:
+        raise click.UsageError("give failed job IDs, or --all (not both)")
+    if queue and not every:
+        raise click.UsageError("--queue goes with --all")
+    admin = _admin(kw, url)
+    try:
+        if every:
+            ids = sorted(j.id for j in admin.failed(queue, _EVERY))
+            total = admin.retry_failed(ids)
+            click.echo(f"retried {total} failed job(s)" + (f" of queue {queue!r}" if queue else ""))
+            return
+        for job in _resolve(admin, refs):
+            if admin.retry_failed([job.id]):
+                click.echo(
+                    _safe(f"failed job {job.uuid or job.id} pushed back onto queue {job.queue!r}")
+                )
+    finally:
+        admin.close()
+
+
+@failed.command("forget")
+@click.argument("url")
+@click.argument("refs", nargs=-1, required=True, metavar="ID...")
+@_layout_options
+def failed_forget(url: str, refs: tuple[str, ...], **kw: Any) -> None:
+    """Delete failed jobs (Laravel's queue:forget)."""
+    admin = _admin(kw, url)
+    try:
+        jobs = _resolve(admin, refs)
+        click.echo(f"forgot {admin.forget_failed([j.id for j in jobs])} failed job(s)")
+    finally:
+        admin.close()
+
+
+@failed.command("flush")
+@click.argument("url")
+@_layout_options
+@click.option(
+    "--older-than",
+    callback=parse_duration,
+    default=None,
+    help="Only those failed longer ago than this (90, 45s, 30m, 12h, 7d, 2w).",
+)
+@click.option("--queue", default=None, help="Only this queue.")
+def failed_flush(url: str, older_than: float | None, queue: str | None, **kw: Any) -> None:
+    """Delete failed jobs: all, or those older than --older-than (Laravel's queue:flush)."""
+    admin = _admin(kw, url)
+    try:
+        click.echo(f"deleted {admin.flush_failed(older_than, queue)} failed job(s)")
+    finally:
+        admin.close()
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queue")
+@_layout_options
+@click.option("--force", "-f", is_flag=True, help="Do not ask for confirmation.")
+def purge(url: str, queue: str, force: bool, **kw: Any) -> None:
+    """Delete the jobs of QUEUE no worker holds (held ones finish or lapse as usual)."""
+    admin = _admin(kw, url)
+    try:
+        _check_queues(admin, [queue])
+        if not force:
+            click.confirm(
+                f"Delete every unreserved job of queue {queue!r}? (--force skips this)",
+                abort=True,
+            )
+        click.echo(f"purged {admin.purge(queue)} job(s) from queue {queue!r}")
+    finally:
+        admin.close()
+
+
+@main.command()
+@click.argument("url")
+@_layout_options
+@click.option("--port", default=9808, show_default=True, help="Port of /metrics.")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+def metrics(url: str, port: int, addr: str, **kw: Any) -> None:
+    """Serve Prometheus metrics of every queue (askr_queue_ready, …) until interrupted."""
+    from .metrics import serve
+
+    admin = _admin(kw, url)
+    click.echo(f"serving metrics on http://{addr}:{port}/metrics (Ctrl-C to stop)", err=True)
+    try:
+        serve(admin, port, addr)
+    finally:
+        admin.close()
+
+
+# -- kept from before `stats` and `failed` --------------------------------------------------
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queues", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def backlog(url: str, queues: tuple[str, ...], as_json: bool) -> None:
+    """Contract v1's backlog figures (total, ready, oldest_seconds) of each QUEUE."""
+    store = JobStore(store_url(url), StoreOptions(create_tables=False))
+    try:
+        rows = [store.backlog(q) for q in queues]
+    finally:
+        store.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {"queue": r.queue, "total": r.total, "ready": r.ready,
+                     "oldest_seconds": r.oldest_seconds}
+                    for r in rows
+                ]
+            )
+        )  # fmt: skip
+        return
+    _table(
+        ["queue", "total", "ready", "oldest_s"],
+        ([r.queue, r.total, r.ready, r.oldest_seconds] for r in rows),
+        right=1,
+    )
+
+
+@main.command("dead-letters", hidden=True)
+@click.argument("url")
+@click.option("--queue", default=None)
+@click.option("--limit", default=50)
+@click.pass_context
+def dead_letters(ctx: click.Context, url: str, queue: str | None, limit: int) -> None:
+    """`failed list` (its old name)."""
+    ctx.invoke(
+        failed_list, url=url, queue=queue, limit=limit, as_json=False, layout="askr",
+        jobs_table="jobs", failed_table="failed_jobs", retry_after=90.0,
+    )  # fmt: skip
+
+
+@main.command()
+@click.argument("url")
+@click.option("--retention", type=float, required=True, help="Keep dead letters this many seconds.")
+def sweep(url: str, retention: float) -> None:
+    """Delete dead letters older than --retention seconds (= failed flush --older-than)."""
+    store = JobStore(store_url(url), StoreOptions(create_tables=False))
+    try:
+        click.echo(f"deleted {store.sweep_dead_letters(retention)} dead letter(s)")
+    finally:
+        store.close()
+
+
+def run() -> None:
+    """Entry point: our errors (and the bridge's) become one clear line and exit status 2."""
+    from laravel_bridge.exceptions import LaravelBridgeError
+
+    try:
+        main(standalone_mode=True)
+    except (SqlQueueError, LaravelBridgeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()

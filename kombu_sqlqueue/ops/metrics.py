@@ -1,0 +1,92 @@
+"""Prometheus metrics of the queues, named as contract v1 names its backlog figures.
+
+:class:`QueueCollector` is a ``prometheus_client`` collector: register it with an app's
+own registry (``REGISTRY.register(QueueCollector(open_admin(url)))``), or run
+``kombu-sqlqueue metrics URL --port 9808`` (:func:`serve`). Every scrape reads the
+tables afresh with one grouped query per table (``QueueAdmin.stats``). Gauges, labelled
+by ``queue``:
+
+* ``askr_queue_total``, ``askr_queue_ready``, ``askr_queue_reserved``,
+  ``askr_queue_delayed`` — jobs by state (total = ready + reserved + delayed);
+* ``askr_queue_oldest_seconds`` — age of the oldest ready job (0 when none is ready);
+* ``askr_queue_dead_letters`` — rows in the failed table;
+
+and ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
+logged) and ``askr_scrape_duration_seconds``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..exceptions import SqlQueueError
+from ..store.admin import QueueAdmin, QueueStats
+
+logger = logging.getLogger(__name__)
+
+#: (metric name, help text, the QueueStats field it reads).
+GAUGES = (
+    ("askr_queue_total", "Jobs on the queue: ready, reserved and delayed.", "total"),
+    ("askr_queue_ready", "Jobs claimable now (lapsed reservations included).", "ready"),
+    ("askr_queue_reserved", "Jobs held by a worker whose reservation is live.", "reserved"),
+    ("askr_queue_delayed", "Jobs not available yet (a countdown, an ETA, a backoff).", "delayed"),
+    (
+        "askr_queue_oldest_seconds",
+        "Age in seconds of the oldest ready job (0 when none is ready).",
+        "oldest_seconds",
+    ),
+    ("askr_queue_dead_letters", "Rows of the queue in the failed-jobs table.", "dead_letters"),
+)
+
+
+class QueueCollector(Collector):
+    """The queues of one database's tables (one layout) as Prometheus gauges."""
+
+    def __init__(self, admin: QueueAdmin) -> None:
+        self.admin = admin
+
+    def describe(self) -> Iterable[Metric]:
+        # Registering must not read the database (prometheus_client calls describe, then
+        # collect when describe is missing).
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily("askr_up", "1 when this scrape read the queue tables, else 0.")
+        try:
+            stats: list[QueueStats] | None = self.admin.stats()
+        except SqlQueueError as exc:
+            logger.warning("scrape failed: %s", exc)
+            stats = None
+        up.add_metric([], 0.0 if stats is None else 1.0)
+        yield up
+        for name, text, attr in GAUGES if stats is not None else ():
+            family = GaugeMetricFamily(name, text, labels=["queue"])
+            for row in stats or ():
+                family.add_metric([row.queue], float(getattr(row, attr)))
+            yield family
+        duration = GaugeMetricFamily(
+            "askr_scrape_duration_seconds", "Seconds this scrape spent reading the tables."
+        )
+        duration.add_metric([], time.perf_counter() - started)
+        yield duration
+
+
+def serve(admin: QueueAdmin, port: int, addr: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` on ``addr:port`` until interrupted."""
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(admin))
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    logger.info("serving metrics on http://%s:%d/metrics", addr, server.server_port)
+    try:
+        threading.Event().wait()
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)

@@ -1,0 +1,332 @@
+"""What operators read and steer: every queue's figures, the next jobs, the dead letters
+(list, show, retry, forget, flush) and purges — on contract v1's tables here
+(:class:`ContractAdmin`), on Laravel's in ``laravel_bridge.laravel_tables.LaravelAdmin``;
+both satisfy :class:`QueueAdmin`, which the operator CLI and the metrics exporter use.
+
+Not part of the job contract: a worker never calls it. Reads are cheap by design (one
+grouped query per table for every queue's figures: a metrics scrape runs them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from .engines.base import Queries
+from .executor import Tx
+from .model import DEFAULT_MAX_ATTEMPTS
+from .names import validate_queue_name
+
+T = TypeVar("T")
+
+#: Dead letters one retry or forget transaction moves (a large ``--all`` runs in steps).
+ADMIN_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's figures: ``total`` = ``ready`` + ``reserved`` + ``delayed``.
+
+    ``ready`` counts lapsed reservations too (they are claimable); ``oldest_seconds`` is
+    the age of the oldest ready job (contract v1's backlog figure, 0 when none is ready).
+    """
+
+    queue: str
+    total: int = 0
+    ready: int = 0
+    reserved: int = 0
+    delayed: int = 0
+    oldest_seconds: int = 0
+    dead_letters: int = 0
+    #: attempts used → jobs (filled by :meth:`QueueAdmin.attempts` for ``stats``).
+    attempts: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """A job no one holds, as :meth:`QueueAdmin.peek` shows it."""
+
+    id: int
+    queue: str
+    payload: bytes | str
+    attempts: int
+    available_at: int
+    created_at: int
+    priority: int = 0
+    uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedJob:
+    """A dead letter (``askr_failed_jobs``) or a row of Laravel's ``failed_jobs``."""
+
+    id: int
+    uuid: str | None
+    queue: str
+    payload: bytes | str
+    exception: str | None
+    #: Unix seconds.
+    failed_at: int
+    #: Deliveries made (contract v1 records them; Laravel's table does not: None).
+    attempts: int | None = None
+    #: Laravel's connection name (None on contract v1's table).
+    connection: str | None = None
+
+
+class QueueAdmin(Protocol):
+    """The operator's verbs on one table layout (``askr`` or ``laravel``)."""
+
+    #: ``askr`` (contract v1) or ``laravel``.
+    layout: str
+    #: The jobs table and the failed table, as named in this database.
+    tables: tuple[str, str]
+
+    def stats(self) -> list[QueueStats]:
+        """Every queue holding a job or a dead letter, by name: one grouped query per table."""
+        ...
+
+    def attempts(self) -> dict[str, dict[int, int]]:
+        """Per queue, how many of its jobs have used how many attempts."""
+        ...
+
+    def is_known(self, queue: str) -> bool:
+        """True when ``queue`` holds a job or a dead letter (or, on contract v1, a binding)."""
+        ...
+
+    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+        """The next ``n`` unheld jobs of ``queue`` in the order claims take them (the
+        ready ones first, then the delayed ones by when they become ready)."""
+        ...
+
+    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+        """The newest ``limit`` dead letters (of ``queue``, or of every queue)."""
+        ...
+
+    def find_failed(self, ref: str) -> list[FailedJob]:
+        """Dead letters whose row id or uuid is ``ref`` (a Celery task id, Laravel's ID)."""
+        ...
+
+    def retry_failed(self, ids: Sequence[int]) -> int:
+        """Put the dead letters ``ids`` back on their queues as new jobs, ready now with
+        their attempts reset (Laravel's ``queue:retry``), and forget them; return how many."""
+        ...
+
+    def forget_failed(self, ids: Sequence[int]) -> int:
+        """Delete the dead letters ``ids``; return how many."""
+        ...
+
+    def flush_failed(self, older_than: float | None = None, queue: str | None = None) -> int:
+        """Delete dead letters (older than ``older_than`` seconds; of ``queue``); how many."""
+        ...
+
+    def purge(self, queue: str) -> int:
+        """Delete the jobs of ``queue`` no one holds (seed 004's clear); return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections."""
+        ...
+
+
+class _Host(Protocol):
+    """What :class:`ContractAdmin` uses of its store (a :class:`~.store.JobStore`)."""
+
+    q: Queries
+
+    def _run(
+        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
+    ) -> T: ...
+
+    def _now(self) -> int: ...
+
+    def purge(self, queue: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def merge_stats(
+    now: int, jobs: Sequence[Sequence[Any]], dead: Sequence[Sequence[Any]]
+) -> list[QueueStats]:
+    """:class:`QueueStats` from the rows of a ``*_stats`` query (queue, total, ready,
+    reserved, delayed, oldest ready ``available_at``) and a dead-letter count query
+    (queue, count), sorted by queue name."""
+    found: dict[str, QueueStats] = {}
+    for queue, total, ready, reserved, delayed, oldest_at in jobs:
+        oldest = max(0, now - int(oldest_at)) if oldest_at is not None else 0
+        found[str(queue)] = QueueStats(
+            str(queue), int(total), int(ready), int(reserved), int(delayed), oldest
+        )
+    for queue, count in dead:
+        kept = found.get(str(queue), QueueStats(str(queue)))
+        found[str(queue)] = QueueStats(
+            kept.queue,
+            kept.total,
+            kept.ready,
+            kept.reserved,
+            kept.delayed,
+            kept.oldest_seconds,
+            int(count),
+        )
+    return [found[name] for name in sorted(found)]
+
+
+def group_attempts(rows: Sequence[Sequence[Any]]) -> dict[str, dict[int, int]]:
+    """(queue, attempts, count) rows as queue → {attempts: count}."""
+    grouped: dict[str, dict[int, int]] = {}
+    for queue, attempts, count in rows:
+        grouped.setdefault(str(queue), {})[int(attempts)] = int(count)
+    return {q: dict(sorted(h.items())) for q, h in grouped.items()}
+
+
+def cutoff(now: float, older_than: float | None) -> float:
+    """The time before which a flush deletes (everything up to now when ``older_than`` is
+    None)."""
+    return now + 1 if older_than is None else now - older_than
+
+
+def row_ref(ref: str) -> dict[str, Any]:
+    """The parameters of a ``*_find`` query for ``ref``: a row id when it is one, and the
+    uuid always."""
+    return {"id": int(ref) if ref.isdigit() and len(ref) < 19 else -1, "uuid": ref}
+
+
+class _Runner(Protocol):
+    def _run(
+        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
+    ) -> T: ...
+
+    def _now(self) -> int: ...
+
+
+def per_row(store: _Runner, ids: Sequence[int], settle: Callable[[Tx, int, int], bool]) -> int:
+    """``settle(tx, id, now)`` for each of ``ids``, :data:`ADMIN_CHUNK` ids a transaction
+    (a retry of thousands neither holds one long transaction nor pays a commit each);
+    return how many it settled."""
+    done = 0
+    for start in range(0, len(ids), ADMIN_CHUNK):
+        chunk, now = ids[start : start + ADMIN_CHUNK], store._now()
+        done += store._run(
+            lambda tx, chunk=chunk, now=now: sum(settle(tx, i, now) for i in chunk)  # type: ignore[misc]
+        )
+    return done
+
+
+class ContractAdmin:
+    """:class:`QueueAdmin` over contract v1's tables of one :class:`~.store.JobStore`
+    (``store.admin``)."""
+
+    layout = "askr"
+    tables = ("askr_jobs", "askr_failed_jobs")
+
+    def __init__(self, store: _Host) -> None:
+        self._store = store
+
+    def stats(self) -> list[QueueStats]:
+        s = self._store
+        now = s._now()
+
+        def work(tx: Tx) -> tuple[list[Any], list[Any]]:
+            jobs = tx.execute(s.q.queue_stats, {"now": now}).fetchall()
+            return jobs, tx.execute(s.q.dead_letter_counts, {}).fetchall()
+
+        jobs, dead = s._run(work, read_only=True)
+        return merge_stats(now, jobs, dead)
+
+    def attempts(self) -> dict[str, dict[int, int]]:
+        s = self._store
+        rows = s._run(
+            lambda tx: tx.execute(s.q.queue_attempts, {}).fetchall(), read_only=True, single=True
+        )
+        return group_attempts(rows)
+
+    def is_known(self, queue: str) -> bool:
+        validate_queue_name(queue)
+        s = self._store
+        found = s._run(
+            lambda tx: tx.execute(s.q.queue_known, {"queue": queue}).fetchone()[0],
+            read_only=True,
+            single=True,
+        )
+        return bool(found)
+
+    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+        validate_queue_name(queue)
+        s = self._store
+        params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
+        rows = s._run(
+            lambda tx: tx.execute(s.q.queue_peek, params).fetchall(), read_only=True, single=True
+        )
+        return [
+            WaitingJob(
+                id=int(i),
+                queue=str(q),
+                payload=bytes(p),
+                attempts=int(a),
+                available_at=int(at),
+                created_at=int(c),
+                priority=int(pr),
+                uuid=u,
+            )
+            for i, q, p, pr, at, a, _limit, u, c in rows
+        ]
+
+    @staticmethod
+    def _failed(rows: Sequence[Sequence[Any]]) -> list[FailedJob]:
+        return [
+            FailedJob(int(i), u, str(q), bytes(p), e, int(f), int(a))
+            for i, u, q, p, e, a, f in rows
+        ]
+
+    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+        s = self._store
+        if queue is not None:
+            validate_queue_name(queue)
+        query = s.q.dead_letter_recent if queue is None else s.q.dead_letter_recent_queue
+        params = {"queue": queue, "limit": max(0, int(limit))}
+        rows = s._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True, single=True)
+        return self._failed(rows)
+
+    def find_failed(self, ref: str) -> list[FailedJob]:
+        s = self._store
+        rows = s._run(
+            lambda tx: tx.execute(s.q.dead_letter_find, row_ref(ref)).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return self._failed(rows)
+
+    def retry_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+
+        def retry(tx: Tx, job_id: int, now: int) -> bool:
+            params = {"id": job_id, "now": now, "max_attempts": DEFAULT_MAX_ATTEMPTS}
+            if tx.execute(s.q.dead_letter_retry_copy, params).rowcount != 1:
+                return False
+            tx.execute(s.q.dead_letter_forget, params)
+            return True
+
+        return per_row(s, ids, retry)
+
+    def forget_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+        return per_row(
+            s, ids, lambda tx, i, _now: tx.execute(s.q.dead_letter_forget, {"id": i}).rowcount == 1
+        )
+
+    def flush_failed(self, older_than: float | None = None, queue: str | None = None) -> int:
+        s = self._store
+        params: dict[str, Any] = {"cutoff": math.ceil(cutoff(s._now(), older_than))}
+        query = s.q.dead_letter_sweep
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.dead_letter_sweep_queue
+        return int(s._run(lambda tx: tx.execute(query, params).rowcount, single=True))
+
+    def purge(self, queue: str) -> int:
+        return self._store.purge(queue)
+
+    def close(self) -> None:
+        self._store.close()

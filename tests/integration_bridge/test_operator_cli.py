@@ -1,0 +1,340 @@
+"""``kombu-sqlqueue`` as an operator runs it — a subprocess — on every engine and both
+table layouts: stats, peek, failed list/show/retry/forget/flush, purge, the metrics
+exporter scraped over HTTP on 127.0.0.1; and bad input as one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from servers import free_port
+
+from kombu_sqlqueue import __version__
+from laravel_bridge import LaravelQueue, Payload
+from laravel_bridge.tables import JobTable, PushJob
+
+CLI = [sys.executable, "-m", "kombu_sqlqueue"]
+
+
+def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+        env=env,
+        check=False,
+    )
+
+
+def target(db_url: str, layout: str) -> list[str]:
+    """The URL as a user gives it (a broker URL for contract v1's tables) and the layout."""
+    if layout == "askr":
+        return [f"sqlqueue+{db_url}", "--layout", "askr"]
+    return [db_url, "--layout", "laravel"]
+
+
+def ok(done: Any) -> str:
+    assert done.returncode == 0, done.stderr
+    return str(done.stdout)
+
+
+def fail_next(table: JobTable, reason: str) -> str:
+    job = table.pop("default", 90)
+    assert job is not None
+    uuid = str(Payload.parse(job.payload).uuid)
+    assert table.fail(job, "database", uuid, reason)
+    return uuid
+
+
+def test_an_operator_sees_and_steers_a_queue(
+    db_url: str, layout: str, table: JobTable, queue: LaravelQueue
+) -> None:
+    url, *lay = target(db_url, layout)
+    for n in range(4):
+        queue.dispatch("App\\Jobs\\ResizeImage", {"path": f"/img/{n}.png", "width": 640})
+    queue.dispatch("App\\Jobs\\ResizeImage", {"path": "/img/later.png"}, delay=300)
+    failed_uuid = fail_next(table, "RuntimeException: disk full\n#0 trace")
+
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    assert row == {
+        "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
+        "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
+    }  # fmt: skip
+    text = ok(cli("stats", url, *lay))
+    assert text.splitlines()[0].split()[:4] == ["queue", "total", "ready", "reserved"]
+
+    peeked = json.loads(ok(cli("peek", url, "default", "-n", "2", *lay, "--json")))
+    assert [p["state"] for p in peeked] == ["ready", "ready"]
+    assert {p["kind"] for p in peeked} == {"laravel"}
+    assert peeked[0]["name"] == "App\\Jobs\\ResizeImage" and "/img/1.png" in peeked[0]["detail"]
+    assert "App\\Jobs\\ResizeImage" in ok(cli("peek", url, "default", *lay))
+
+    (listed,) = json.loads(ok(cli("failed", "list", url, *lay, "--json")))
+    assert listed["uuid"] == failed_uuid and listed["exception"] == "RuntimeException: disk full"
+    assert failed_uuid in ok(cli("failed", "list", url, *lay))
+    shown = ok(cli("failed", "show", url, failed_uuid, *lay))
+    assert "#0 trace" in shown and "/img/0.png" in shown and "payload:" in shown
+
+    assert "pushed back onto queue 'default'" in ok(cli("failed", "retry", url, failed_uuid, *lay))
+    assert ok(cli("failed", "list", url, *lay)).strip() == "no failed jobs"
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    assert (row["total"], row["dead_letters"]) == (5, 0)
+
+    fail_next(table, "again")
+    fail_next(table, "and again")
+    assert ok(cli("failed", "flush", url, "--older-than", "7d", *lay)).strip() == (
+        "deleted 0 failed job(s)"
+    )
+    assert ok(cli("failed", "retry", url, "--all", "--queue", "default", *lay)).strip() == (
+        "retried 2 failed job(s) of queue 'default'"
+    )
+    fail_next(table, "once more")
+    (listed,) = json.loads(ok(cli("failed", "list", url, *lay, "--json")))
+    assert ok(cli("failed", "forget", url, str(listed["id"]), *lay)).strip() == (
+        "forgot 1 failed job(s)"
+    )
+
+    held = table.pop("default", 90)
+    assert held is not None
+    refused = cli("purge", url, "default", *lay, stdin="")
+    assert refused.returncode == 1
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    assert (row["total"], row["reserved"]) == (4, 1)
+    assert ok(cli("purge", url, "default", "--force", *lay)).strip() == (
+        "purged 3 job(s) from queue 'default'"
+    )
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    assert (row["total"], row["reserved"]) == (1, 1)  # the held job stays its holder's
+
+
+def test_peek_names_celery_tasks_and_their_arguments(broker_url: str) -> None:
+    from celery import Celery
+
+    app = Celery("ops", broker=broker_url, set_as_current=False)
+    app.send_task("billing.charge", args=(42,), kwargs={"currency": "EUR"}, queue="celery")
+    app.send_task("billing.later", queue="celery", countdown=600)
+    app.close()
+    peeked = json.loads(ok(cli("peek", broker_url, "celery", "--json")))
+    assert [(p["kind"], p["name"], p["state"]) for p in peeked] == [
+        ("celery", "billing.charge", "ready"),
+        ("celery", "billing.later", "delayed"),
+    ]
+    assert peeked[0]["detail"] == "args=[42] kwargs={'currency': 'EUR'}"
+
+
+@pytest.fixture
+def exporter(db_url: str, layout: str, table: JobTable) -> Iterator[str]:
+    """``kombu-sqlqueue metrics`` on a free port of 127.0.0.1; its /metrics URL."""
+    table.size("default")  # the tables exist (the exporter creates nothing)
+    port = free_port()
+    url, *lay = target(db_url, layout)
+    process = subprocess.Popen(
+        [*CLI, "metrics", url, *lay, "--port", str(port), "--addr", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    address = f"http://127.0.0.1:{port}/metrics"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(address, timeout=5).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the exporter did not start: {process.stderr.read()}")  # type: ignore[union-attr]
+                time.sleep(0.1)
+        yield address
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def scrape(address: str) -> dict[tuple[str, str], float]:
+    with urllib.request.urlopen(address, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels.get("queue", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("askr_")
+    }
+
+
+def test_the_exporter_serves_the_queues_figures(
+    exporter: str, table: JobTable, queue: LaravelQueue
+) -> None:
+    assert scrape(exporter)[("askr_up", "")] == 1.0
+    for n in range(3):
+        queue.dispatch("App\\Jobs\\A", {"n": n})
+    queue.dispatch("App\\Jobs\\A", {}, queue="mail", delay=600)
+    fail_next(table, "boom")
+    assert table.pop("default", 90) is not None
+    found = scrape(exporter)
+    assert found[("askr_up", "")] == 1.0
+    expected = {
+        ("askr_queue_total", "default"): 2,
+        ("askr_queue_ready", "default"): 1,
+        ("askr_queue_reserved", "default"): 1,
+        ("askr_queue_delayed", "default"): 0,
+        ("askr_queue_dead_letters", "default"): 1,
+        ("askr_queue_total", "mail"): 1,
+        ("askr_queue_delayed", "mail"): 1,
+        ("askr_queue_ready", "mail"): 0,
+        ("askr_queue_oldest_seconds", "mail"): 0,
+    }
+    assert {key: found[key] for key in expected} == expected
+    assert ("askr_scrape_duration_seconds", "") in found
+
+
+def test_stats_watch_refreshes_until_interrupted(db_url: str, layout: str, table: JobTable) -> None:
+    table.size("default")
+    url, *lay = target(db_url, layout)
+    process = subprocess.Popen(
+        [*CLI, "stats", url, *lay, "--watch", "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        headers = 0
+        for line in process.stdout:
+            headers += "Ctrl-C to stop" in line
+            if headers == 3:
+                break
+        assert headers == 3, process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_create_tables_says_what_it_made(db_url: str, layout: str) -> None:
+    url, *lay = target(db_url, layout)
+    said = ok(cli("create-tables", url, *lay)).strip()
+    if layout == "askr":
+        assert said.endswith("(durable queue contract v1)")
+    else:
+        assert said == "tables ready: jobs, failed_jobs (Laravel's database queue)"
+    assert ok(cli("create-tables", url, *lay)).strip() == said  # idempotent
+    assert ok(cli("stats", url, *lay)).startswith("no queues")
+
+
+# -- engine-independent: no database is reached ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "layout", "expected"),
+    [
+        ("sqlqueue+postgresql://u@127.0.0.1/app", "askr", ["CREATE TABLE askr_jobs", "BYTEA"]),
+        ("mysql://u@127.0.0.1/app", "laravel", ["CREATE TABLE jobs", "TINYINT UNSIGNED"]),
+        ("sqlqueue+sqlite:///nowhere/app.db", "askr", ["CREATE INDEX askr_jobs_claim"]),
+    ],
+)
+def test_create_tables_sql_prints_the_ddl_without_connecting(
+    url: str, layout: str, expected: list[str]
+) -> None:
+    printed = ok(cli("create-tables", url, "--layout", layout, "--sql"))
+    assert all(part in printed for part in expected), printed
+    assert not Path("nowhere").exists()
+
+
+def test_version() -> None:
+    assert ok(cli("--version")).strip() == (
+        f"kombu-sqlqueue {__version__} (durable queue contract v1)"
+    )
+
+
+@pytest.fixture
+def sqlite_queue(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    ok(cli("create-tables", url))
+    return url
+
+
+def no_driver_env(tmp_path: Path) -> dict[str, str]:
+    """An environment where ``import psycopg`` fails, as without the [postgresql] extra."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "psycopg.py").write_text("raise ImportError('No module named psycopg')\n")
+    return {**os.environ, "PYTHONPATH": str(shadow)}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("stats", "sqlqueue+sqlite:///{tmp}/missing.db"), "does not exist (nothing was created)"),
+        (("stats", "sqlqueue://"), "names no database"),
+        (("stats", "sqlqueue+oracle://x/y"), "not supported"),
+        (("failed", "list", "not a url"), "cannot parse database URL"),
+        (("stats", "sqlqueue+postgresql://u@127.0.0.1:1/db"), "kombu-sqlqueue[postgresql]"),
+        (("peek", "{queue}", "nowhere"), "queue 'nowhere' holds no job"),
+        (("purge", "{queue}", "nowhere", "--force"), "queue 'nowhere' holds no job"),
+        (("stats", "{queue}", "bad\tname"), "non-printable"),
+        (("failed", "show", "{queue}", "12345"), "no failed job in askr_failed_jobs"),
+        (("failed", "retry", "{queue}", "abc"), "no failed job in askr_failed_jobs"),
+        (("stats", "{queue}", "--layout", "laravel"), "table jobs does not exist"),
+    ],
+)
+def test_bad_input_is_one_clear_line(
+    args: tuple[str, ...], message: str, tmp_path: Path, sqlite_queue: str
+) -> None:
+    args = tuple(a.format(tmp=tmp_path, queue=sqlite_queue) for a in args)
+    done = cli(*args, env=no_driver_env(tmp_path))
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "missing.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("failed", "retry", "{queue}"), "give failed job IDs, or --all"),
+        (("failed", "retry", "{queue}", "1", "--all"), "give failed job IDs, or --all"),
+        (("failed", "flush", "{queue}", "--older-than", "7x"), "is not a duration"),
+        (("stats", "{queue}", "--layout", "redis"), "'redis' is not one of"),
+    ],
+)
+def test_usage_errors_name_the_option(
+    args: tuple[str, ...], message: str, sqlite_queue: str
+) -> None:
+    done = cli(*(a.format(queue=sqlite_queue) for a in args))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_rows_nobody_can_read_are_shown_as_such(db_url: str, layout: str, table: JobTable) -> None:
+    """peek and failed list/show print what they cannot read, with the reason; never raise."""
+    url, *lay = target(db_url, layout)
+    for junk in ("not json at all", '{"job": 1, "displayName": "\\ud800"}', "[1, 2]"):
+        table.push(PushJob("default", junk))
+    peeked = json.loads(ok(cli("peek", url, "default", *lay, "--json")))
+    assert [p["kind"] for p in peeked] == ["unreadable"] * 3
+    assert "not JSON" in peeked[0]["detail"]
+    assert "unreadable" in ok(cli("peek", url, "default", *lay))
+    job = table.pop("default", 90)
+    assert job is not None
+    assert table.fail(job, "database", "junk-1", "MalformedJob: payload is not JSON")
+    (listed,) = json.loads(ok(cli("failed", "list", url, *lay, "--json")))
+    assert listed["kind"] == "unreadable" and "MalformedJob" in ok(cli("failed", "list", url, *lay))
+    shown = ok(cli("failed", "show", url, str(listed["id"]), *lay))
+    assert "not json at all" in shown and "unreadable" in shown
