@@ -52,6 +52,7 @@ from kombu_sqlqueue.store.admin import (
     group_attempts,
     merge_stats,
     per_row,
+    read_rows,
     row_ref,
 )
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
@@ -908,33 +909,20 @@ class LaravelAdmin:
         return merge_stats(params["now"], jobs, dead)
 
     def attempts(self) -> dict[str, dict[int, int]]:
-        s = self._store
-        rows = s._run(
-            lambda tx: tx.execute(s.q.laravel_attempts).fetchall(), read_only=True, single=True
-        )
-        return group_attempts(rows)
+        return group_attempts(read_rows(self._store, self._store.q.laravel_attempts))
 
     def is_known(self, queue: str) -> bool:
         validate_queue_name(queue)
-        s = self._store
-        return bool(
-            s._run(
-                lambda tx: tx.execute(s.q.laravel_known, {"queue": queue}).fetchone()[0],
-                read_only=True,
-                single=True,
-            )
-        )
+        ((found,),) = read_rows(self._store, self._store.q.laravel_known, {"queue": queue})
+        return bool(found)
 
     def peek(self, queue: str, n: int) -> list[WaitingJob]:
         validate_queue_name(queue)
         s = self._store
         params = {**self._params(), "queue": queue, "n": max(0, int(n))}
-        rows = s._run(
-            lambda tx: tx.execute(s.q.laravel_peek, params).fetchall(), read_only=True, single=True
-        )
         return [
             WaitingJob(int(i), str(q), s.q.laravel_stored_payload(p), int(a), int(at), int(c))
-            for i, q, a, at, c, *p in rows
+            for i, q, a, at, c, *p in read_rows(s, s.q.laravel_peek, params)
         ]
 
     def _failed(self, rows: Sequence[Any]) -> list[FailedJob]:
@@ -959,17 +947,10 @@ class LaravelAdmin:
             validate_queue_name(queue)
             params["queue"] = queue
             query = s.q.laravel_failed_recent_queue
-        rows = s._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True, single=True)
-        return self._failed(rows)
+        return self._failed(read_rows(s, query, params))
 
     def find_failed(self, ref: str) -> list[FailedJob]:
-        s = self._store
-        rows = s._run(
-            lambda tx: tx.execute(s.q.laravel_failed_find, row_ref(ref)).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        return self._failed(rows)
+        return self._failed(read_rows(self._store, self._store.q.laravel_failed_find, row_ref(ref)))
 
     def retry_failed(self, ids: Sequence[int]) -> int:
         s = self._store

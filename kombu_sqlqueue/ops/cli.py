@@ -15,6 +15,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -180,21 +181,10 @@ def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
     histogram = admin.attempts()
     by_name = {s.queue: s for s in found}
     wanted = queues or [s.queue for s in found]
-    rows = []
-    for name in wanted:
-        kept = by_name.get(name, QueueStats(name))
-        rows.append(
-            QueueStats(
-                kept.queue,
-                kept.total,
-                kept.ready,
-                kept.reserved,
-                kept.delayed,
-                kept.oldest_seconds,
-                kept.dead_letters,
-                histogram.get(name, {}),
-            )
-        )
+    rows = [
+        replace(by_name.get(name, QueueStats(name)), attempts=histogram.get(name, {}))
+        for name in wanted
+    ]
     return rows
 
 

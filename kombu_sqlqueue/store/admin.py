@@ -10,8 +10,8 @@ grouped query per table for every queue's figures: a metrics scrape runs them).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from .engines.base import Queries
@@ -159,15 +159,8 @@ def merge_stats(
             str(queue), int(total), int(ready), int(reserved), int(delayed), oldest
         )
     for queue, count in dead:
-        kept = found.get(str(queue), QueueStats(str(queue)))
-        found[str(queue)] = QueueStats(
-            kept.queue,
-            kept.total,
-            kept.ready,
-            kept.reserved,
-            kept.delayed,
-            kept.oldest_seconds,
-            int(count),
+        found[str(queue)] = replace(
+            found.get(str(queue), QueueStats(str(queue))), dead_letters=int(count)
         )
     return [found[name] for name in sorted(found)]
 
@@ -198,6 +191,13 @@ class _Runner(Protocol):
     ) -> T: ...
 
     def _now(self) -> int: ...
+
+
+def read_rows(store: _Runner, query: Any, params: Mapping[str, Any] | None = None) -> list[Any]:
+    """Every row of one read-only statement."""
+    return store._run(
+        lambda tx: list(tx.execute(query, params).fetchall()), read_only=True, single=True
+    )
 
 
 def per_row(store: _Runner, ids: Sequence[int], settle: Callable[[Tx, int, int], bool]) -> int:
@@ -235,29 +235,17 @@ class ContractAdmin:
         return merge_stats(now, jobs, dead)
 
     def attempts(self) -> dict[str, dict[int, int]]:
-        s = self._store
-        rows = s._run(
-            lambda tx: tx.execute(s.q.queue_attempts, {}).fetchall(), read_only=True, single=True
-        )
-        return group_attempts(rows)
+        return group_attempts(read_rows(self._store, self._store.q.queue_attempts))
 
     def is_known(self, queue: str) -> bool:
         validate_queue_name(queue)
-        s = self._store
-        found = s._run(
-            lambda tx: tx.execute(s.q.queue_known, {"queue": queue}).fetchone()[0],
-            read_only=True,
-            single=True,
-        )
+        ((found,),) = read_rows(self._store, self._store.q.queue_known, {"queue": queue})
         return bool(found)
 
     def peek(self, queue: str, n: int) -> list[WaitingJob]:
         validate_queue_name(queue)
         s = self._store
         params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
-        rows = s._run(
-            lambda tx: tx.execute(s.q.queue_peek, params).fetchall(), read_only=True, single=True
-        )
         return [
             WaitingJob(
                 id=int(i),
@@ -269,7 +257,7 @@ class ContractAdmin:
                 priority=int(pr),
                 uuid=u,
             )
-            for i, q, p, pr, at, a, _limit, u, c in rows
+            for i, q, p, pr, at, a, _limit, u, c in read_rows(s, s.q.queue_peek, params)
         ]
 
     @staticmethod
@@ -289,13 +277,7 @@ class ContractAdmin:
         return self._failed(rows)
 
     def find_failed(self, ref: str) -> list[FailedJob]:
-        s = self._store
-        rows = s._run(
-            lambda tx: tx.execute(s.q.dead_letter_find, row_ref(ref)).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        return self._failed(rows)
+        return self._failed(read_rows(self._store, self._store.q.dead_letter_find, row_ref(ref)))
 
     def retry_failed(self, ids: Sequence[int]) -> int:
         s = self._store
