@@ -103,6 +103,12 @@ class TransportOptions:
     #: name under ``"format"`` and the format's settings beside it (see ``formats.py`` and
     #: docs/laravel-queue.md, "Celery and Laravel on one queue").
     queue_formats: Mapping[str, Any] = field(default_factory=dict)
+    #: The name this process's claims sign their reservations with (None: the Celery
+    #: worker's node name, else ``<program>@<host>``); see docs/operations.md.
+    consumer_name: str | None = None
+    #: Hand back, when consuming starts, the holds of an earlier process of this host
+    #: that signed with the same name and is gone (never a live process's).
+    recover_holds: bool = True
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -153,9 +159,16 @@ class TransportOptions:
             raise ConfigurationError(
                 f"priority_order must be one of {', '.join(PRIORITY_ORDERS)}, got {order!r}"
             )
-        if "create_tables" in values and not isinstance(values["create_tables"], bool):
+        for flag in ("create_tables", "recover_holds"):
+            if flag in values and not isinstance(values[flag], bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {values[flag]!r}")
+        consumer = values.get("consumer_name")
+        if consumer is not None and (
+            not isinstance(consumer, str) or not consumer.strip() or len(consumer) > 255
+        ):
             raise ConfigurationError(
-                f"create_tables must be True or False, got {values['create_tables']!r}"
+                "consumer_name must be a non-empty string of at most 255 characters, "
+                f"got {consumer!r}"
             )
         formats = values.get("queue_formats", {})
         if not isinstance(formats, Mapping):

@@ -48,7 +48,7 @@ from typing import Any
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
-from . import lifecycle
+from . import holders, lifecycle
 from ._version import __version__
 from .envelope import (
     delivery,
@@ -61,6 +61,7 @@ from .envelope import (
 )
 from .exceptions import (
     MalformedMessage,
+    SqlQueueError,
     StoreConditionError,
     StoreConnectionError,
     StoreError,
@@ -81,6 +82,7 @@ from .registration import database_url, register
 from .routing import RoutingCache
 from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
 from .store.contract import driver_version, render_url
+from .store.holders import recover_dead_holds
 from .store.names import validate_queue_name
 from .transient import TransientWriter
 
@@ -377,6 +379,7 @@ class Channel(virtual.Channel):
                 return
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        self.connection.recover_holds_once()
         if no_ack:
             self._noack_queues.add(queue)
         return super().basic_consume(queue, no_ack, *args, **kwargs)
@@ -638,6 +641,20 @@ class Transport(virtual.Transport):
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
         self._condition_reported = False
+        #: The name this process's claims sign with (see holders.py).
+        self.consumer_name = self.options.consumer_name or holders.default_name()
+        self.store.holder = self.consumer_name
+        self._holds_recovered = not self.options.recover_holds
+
+    def recover_holds_once(self) -> None:
+        """When consuming starts: hand back a gone predecessor's holds (holders.py)."""
+        if self._holds_recovered:
+            return
+        self._holds_recovered = True
+        try:
+            recover_dead_holds(self.store, self.consumer_name)
+        except SqlQueueError as exc:  # the visibility timeout still brings them back
+            logger.warning("could not hand back a gone process's holds: %s", exc)
 
     def _open_format_stores(self, url: str) -> dict[str, DeliveryStore]:
         opened: dict[int, DeliveryStore | None] = {}

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -207,6 +208,13 @@ def with_table_options(command: F) -> F:
     show_default=True,
     help="Create missing tables (Laravel's migrations normally do).",
 )
+@click.option(
+    "--name",
+    default=None,
+    help="The name this worker's reservations are signed with (contract v1's layout; "
+    "default laravel-bridge@HOST); a worker restarted under a gone one's name hands its "
+    "holds back at once.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log each release and retry (INFO).")
 def work(
     url: str,
@@ -238,6 +246,7 @@ def work(
     unknown_delay: float,
     max_payload: int,
     create_tables: bool,
+    name: str | None,
     verbose: bool,
 ) -> None:
     """Process jobs from the queue, running each with its Python handler."""
@@ -280,6 +289,7 @@ def work(
         failed_table=failed_table,
         create_tables=create_tables,
     )
+    table.sign(name or f"laravel-bridge@{socket.gethostname()}")
     worker = Worker(
         table, options, app_key=app_key, cipher=cipher, output=lambda line: click.echo(line)
     )

@@ -57,7 +57,7 @@ from kombu_sqlqueue.store.admin import (
 )
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
 from kombu_sqlqueue.store.executor import Tx
-from kombu_sqlqueue.store.model import check_claim
+from kombu_sqlqueue.store.model import Holding, check_claim
 from kombu_sqlqueue.store.names import validate_queue_name
 from kombu_sqlqueue.store.schema import (
     MAX_LARAVEL_ATTEMPTS,
@@ -924,6 +924,21 @@ class LaravelAdmin:
             WaitingJob(int(i), str(q), s.q.laravel_stored_payload(p), int(a), int(at), int(c))
             for i, q, a, at, c, *p in read_rows(s, s.q.laravel_peek, params)
         ]
+
+    # Laravel's jobs table has no column for a holder: holds are anonymous there.
+    def held(self, queue: str, n: int) -> list[WaitingJob]:
+        raise ConfigurationError(
+            f"Laravel's {self.tables[0]} table records no holder; --held reads contract v1's"
+        )
+
+    def holders(self) -> list[Holding]:
+        return []
+
+    def release_holder(self, holder: str, queue: str | None = None) -> int:
+        raise ConfigurationError(
+            f"Laravel's {self.tables[0]} table records no holder: a reservation comes back "
+            "after the connection's retry_after"
+        )
 
     def _failed(self, rows: Sequence[Any]) -> list[FailedJob]:
         return [

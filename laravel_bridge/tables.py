@@ -28,6 +28,7 @@ from kombu_sqlqueue.store import (
     open_store,
 )
 from kombu_sqlqueue.store.database import Database
+from kombu_sqlqueue.store.holders import recover_dead_holds
 from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
 
 from .exceptions import LaravelBridgeError
@@ -140,6 +141,12 @@ class JobTable(Protocol):
 
     def size(self, queue: str) -> int:
         """Jobs on ``queue`` (by the layout's own rule)."""
+        ...
+
+    def sign(self, name: str, *, recover: bool = True) -> int:
+        """Sign this table's reservations with ``name`` and (``recover``) hand back the
+        holds of an earlier process of this host under that name which is gone; return
+        how many came back. Laravel's table records no holder: nothing to do there."""
         ...
 
     def wait(self, seconds: float, queues: Collection[str]) -> None:
@@ -262,6 +269,9 @@ class LaravelLayout(_CounterMixin):
     def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
         return self.store.fail(_row(job), connection, uuid, exception)
 
+    def sign(self, name: str, *, recover: bool = True) -> int:
+        return 0  # Laravel's jobs table has no column for a holder
+
     def size(self, queue: str) -> int:
         return self.store.size(queue)
 
@@ -291,6 +301,10 @@ class AskrLayout(_CounterMixin):
             self._counter = MemoryExceptionCounter(self.store)
 
     attempts_limit = MAX_LARAVEL_ATTEMPTS  # the max_attempts its rows are stamped with
+
+    def sign(self, name: str, *, recover: bool = True) -> int:
+        self.store.holder = name
+        return recover_dead_holds(self.store, name) if recover else 0
 
     @staticmethod
     def _new(job: PushJob) -> NewJob:

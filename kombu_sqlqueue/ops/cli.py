@@ -24,7 +24,7 @@ import click
 from .._version import __version__
 from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
-from ..store.admin import FailedJob, QueueAdmin, QueueStats
+from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.database import schema_ddl
 from ..store.schema import CONTRACT_VERSION
 from .connect import LAYOUTS, open_admin, store_url
@@ -179,13 +179,20 @@ def create_tables(url: str, sql: bool, **kw: Any) -> None:
 def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
     found = admin.stats()
     histogram = admin.attempts()
+    held: dict[str, dict[str, int]] = {}
+    for h in admin.holders():
+        by = held.setdefault(h.queue, {})
+        by[h.holder or "-"] = by.get(h.holder or "-", 0) + h.jobs
     by_name = {s.queue: s for s in found}
     wanted = queues or [s.queue for s in found]
-    rows = [
-        replace(by_name.get(name, QueueStats(name)), attempts=histogram.get(name, {}))
+    return [
+        replace(
+            by_name.get(name, QueueStats(name)),
+            attempts=histogram.get(name, {}),
+            holders=held.get(name, {}),
+        )
         for name in wanted
     ]
-    return rows
 
 
 def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
@@ -193,7 +200,17 @@ def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
         click.echo(f"no queues: {tables[0]} and {tables[1]} are empty")
         return
     _table(
-        ["queue", "total", "ready", "reserved", "delayed", "oldest_s", "failed", "attempts"],
+        [
+            "queue",
+            "total",
+            "ready",
+            "reserved",
+            "delayed",
+            "oldest_s",
+            "failed",
+            "attempts",
+            "held by",
+        ],
         (
             [
                 r.queue,
@@ -204,6 +221,7 @@ def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
                 r.oldest_seconds,
                 r.dead_letters,
                 " ".join(f"{a}:{n}" for a, n in r.attempts.items()) or "-",
+                " ".join(f"{h}:{n}" for h, n in r.holders.items()) or "-",
             ]
             for r in rows
         ),
@@ -254,6 +272,7 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
         "oldest_seconds": row.oldest_seconds,
         "dead_letters": row.dead_letters,
         "attempts": {str(a): n for a, n in row.attempts.items()},
+        "holders": row.holders,
     }
 
 
@@ -263,15 +282,20 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
 @_layout_options
 @click.option("-n", "count", default=10, show_default=True, help="How many jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def peek(url: str, queue: str, count: int, as_json: bool, **kw: Any) -> None:
-    """The next jobs of QUEUE in claim order (ready ones, then delayed ones), summarized."""
+@click.option("--held", is_flag=True, help="The held jobs instead, with who holds them.")
+def peek(url: str, queue: str, count: int, as_json: bool, held: bool, **kw: Any) -> None:
+    """The next jobs of QUEUE in claim order (ready ones, then delayed ones), summarized;
+    with --held, the jobs workers hold, the soonest to lapse first, and their holders."""
     layout = kw["layout"]
     admin = _admin(kw, url)
     try:
         _check_queues(admin, [queue])
-        jobs = admin.peek(queue, count)
+        jobs = admin.held(queue, count) if held else admin.peek(queue, count)
     finally:
         admin.close()
+    if held:
+        _print_held(queue, jobs, layout, as_json)
+        return
     now = time.time()
     shown = []
     for job in jobs:
@@ -304,6 +328,47 @@ def peek(url: str, queue: str, count: int, as_json: bool, **kw: Any) -> None:
         (
             [job.id, state, job.priority, job.attempts, s.kind, s.name, _one_line(s.detail, 80)]
             for job, s, state in shown
+        ),
+    )
+
+
+def _print_held(queue: str, jobs: Sequence[WaitingJob], layout: str, as_json: bool) -> None:
+    now = int(time.time())
+    rows = [(job, summarize(job.payload, layout)) for job in jobs]
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": job.id,
+                        "uuid": job.uuid,
+                        "holder": job.holder,
+                        "instance": job.instance,
+                        "lapses_in": (job.reserved_until or now) - now,
+                        "attempts": job.attempts,
+                        **s.as_dict(),
+                    }
+                    for job, s in rows
+                ]
+            )
+        )
+        return
+    if not rows:
+        click.echo(f"no job of queue {queue!r} is held")
+        return
+    _table(
+        ["id", "holder", "process", "lapses_in", "attempts", "name", "arguments"],
+        (
+            [
+                job.id,
+                job.holder or "-",
+                job.instance or "-",
+                f"{(job.reserved_until or now) - now}s",
+                job.attempts,
+                s.name,
+                _one_line(s.detail, 60),
+            ]
+            for job, s in rows
         ),
     )
 
@@ -489,6 +554,29 @@ def purge(url: str, queue: str, force: bool, **kw: Any) -> None:
         click.echo(f"purged {admin.purge(queue)} job(s) from queue {queue!r}")
     finally:
         admin.close()
+
+
+@main.command()
+@click.argument("url")
+@click.option("--holder", required=True, help="The name holds are signed with (celery@host).")
+@click.option("--queue", default=None, help="Only this queue's holds.")
+@click.option("--force", is_flag=True, help="Required: the holder may still be running them.")
+def release(url: str, holder: str, queue: str | None, force: bool) -> None:
+    """Hand back every job a holder holds (contract v1's tables): ready again at once,
+    attempts kept, the holder's late acks ignored. For a worker that is gone for good."""
+    if not force:
+        raise click.UsageError(
+            "release takes jobs from a holder that may still be running them: add --force"
+        )
+    admin = open_admin(url)
+    try:
+        if queue is not None:
+            _check_queues(admin, [queue])
+        count = admin.release_holder(holder, queue)
+    finally:
+        admin.close()
+    where = f" of queue {queue!r}" if queue else ""
+    click.echo(_safe(f"released {count} job(s){where} held by {holder}"))
 
 
 @main.command()

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from .engines.base import Queries
 from .executor import Tx
-from .model import DEFAULT_MAX_ATTEMPTS
+from .model import DEFAULT_MAX_ATTEMPTS, Holding
 from .names import validate_queue_name
 
 T = TypeVar("T")
@@ -42,6 +42,8 @@ class QueueStats:
     dead_letters: int = 0
     #: attempts used → jobs (filled by :meth:`QueueAdmin.attempts` for ``stats``).
     attempts: dict[int, int] = field(default_factory=dict)
+    #: holder name (``-``: unsigned) → live reservations (from :meth:`QueueAdmin.holders`).
+    holders: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,10 @@ class WaitingJob:
     created_at: int
     priority: int = 0
     uuid: str | None = None
+    #: For a held job (``peek --held``): when its reservation lapses, who holds it.
+    reserved_until: int | None = None
+    holder: str | None = None
+    instance: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +106,18 @@ class QueueAdmin(Protocol):
         ready ones first, then the delayed ones by when they become ready)."""
         ...
 
+    def held(self, queue: str, n: int) -> list[WaitingJob]:
+        """The live reservations of ``queue``, the soonest to lapse first, with holders."""
+        ...
+
+    def holders(self) -> list[Holding]:
+        """Who holds live reservations, per queue (empty where the layout records none)."""
+        ...
+
+    def release_holder(self, holder: str, queue: str | None = None) -> int:
+        """Hand back every reservation signed ``holder`` (of ``queue``); how many."""
+        ...
+
     def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
         """The newest ``limit`` dead letters (of ``queue``, or of every queue)."""
         ...
@@ -142,6 +160,12 @@ class _Host(Protocol):
     def _now(self) -> int: ...
 
     def purge(self, queue: str) -> int: ...
+
+    def holders(self) -> list[Holding]: ...
+
+    def release_holder(
+        self, holder: str, *, queue: str | None = None, instance: str | None = None
+    ) -> int: ...
 
     def close(self) -> None: ...
 
@@ -259,6 +283,35 @@ class ContractAdmin:
             )
             for i, q, p, pr, at, a, _limit, u, c in read_rows(s, s.q.queue_peek, params)
         ]
+
+    def held(self, queue: str, n: int) -> list[WaitingJob]:
+        validate_queue_name(queue)
+        s = self._store
+        params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
+        return [
+            WaitingJob(
+                id=int(i),
+                queue=str(q),
+                payload=bytes(p),
+                attempts=int(a),
+                available_at=int(at),
+                created_at=int(c),
+                priority=int(pr),
+                uuid=u,
+                reserved_until=int(until),
+                holder=by,
+                instance=inst,
+            )
+            for i, q, p, pr, at, a, _limit, u, c, until, by, inst in read_rows(
+                s, s.q.queue_held, params
+            )
+        ]
+
+    def holders(self) -> list[Holding]:
+        return self._store.holders()
+
+    def release_holder(self, holder: str, queue: str | None = None) -> int:
+        return self._store.release_holder(holder, queue=queue)
 
     @staticmethod
     def _failed(rows: Sequence[Sequence[Any]]) -> list[FailedJob]:

@@ -15,7 +15,16 @@ from sqlalchemy.engine import make_url
 
 from .database import StoreOptions
 from .memory import MemoryJobStore, is_memory_url
-from .model import Backlog, ClaimedJob, ClaimResult, DeadLetter, NewJob, Receipt, Route
+from .model import (
+    Backlog,
+    ClaimedJob,
+    ClaimResult,
+    DeadLetter,
+    Holding,
+    NewJob,
+    Receipt,
+    Route,
+)
 from .store import JobStore
 
 
@@ -70,6 +79,8 @@ class JobContract(Protocol):
 
     #: Unix-seconds clock, read once per operation; tests replace it.
     clock: Callable[[], float]
+    #: The name claims sign their reservations with (seed 001's consumer identity).
+    holder: str | None
 
     @property
     def topology(self) -> TopologyContract:
@@ -147,6 +158,16 @@ class JobContract(Protocol):
 
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's backlog figures of ``queue``."""
+        ...
+
+    def holders(self) -> list[Holding]:
+        """Who holds live reservations, per queue."""
+        ...
+
+    def release_holder(
+        self, holder: str, *, queue: str | None = None, instance: str | None = None
+    ) -> int:
+        """Hand back ``holder``'s reservations (of ``queue``; of process ``instance``)."""
         ...
 
     def size(self, queue: str) -> int:

@@ -37,6 +37,7 @@ from .model import (
     ClaimedJob,
     ClaimResult,
     DeadLetter,
+    Holding,
     NewJob,
     Receipt,
     Route,
@@ -46,6 +47,7 @@ from .model import (
     job_times,
     ready_at,
     reservation_deadline,
+    this_instance,
 )
 from .names import validate_queue_name
 
@@ -87,6 +89,8 @@ class _Row:
     reserved_token: str | None
     uuid: str | None
     expires_at: int | None
+    reserved_by: str | None = None
+    reserved_instance: str | None = None
 
     def ready(self, now: int) -> bool:
         return self.available_at <= now and (
@@ -196,6 +200,8 @@ class _Claim:
     now: int
     until: int
     token: str
+    holder: str | None = None
+    instance: str | None = None
 
 
 class MemoryJobStore:
@@ -214,6 +220,8 @@ class MemoryJobStore:
         self.options = options or StoreOptions()
         #: Unix-seconds clock; every operation reads it once. Tests may replace it.
         self.clock: Callable[[], float] = time.time
+        #: The name claims sign their reservations with (``JobStore.holder``).
+        self.holder: str | None = None
         #: The most bytes one payload may have (lower it to test ``MessageTooLarge``).
         self.max_payload_bytes = MAX_PAYLOAD_BYTES
         #: Bindings and queue records, beside this store's jobs.
@@ -286,7 +294,8 @@ class MemoryJobStore:
         check_claim(queue, n)
         clock = self.clock()
         until = reservation_deadline(clock, visibility)
-        return _Claim(queue, int(n), int(clock), until, secrets.token_hex(16))
+        token = secrets.token_hex(16)
+        return _Claim(queue, int(n), int(clock), until, token, self.holder, this_instance())
 
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
@@ -314,6 +323,7 @@ class MemoryJobStore:
             for row in rows:
                 lapsed = row.reserved_until is not None
                 row.reserved_until, row.reserved_token = params.until, token
+                row.reserved_by, row.reserved_instance = params.holder, params.instance
                 row.attempts += 1
                 if row.expires_at is not None and row.expires_at <= now:
                     # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
@@ -418,6 +428,7 @@ class MemoryJobStore:
             if row is None:
                 return False
             row.reserved_until = row.reserved_token = None
+            row.reserved_by = row.reserved_instance = None
             row.available_at = available_at
             if refund:
                 row.attempts = max(row.attempts - 1, 0)
@@ -522,6 +533,41 @@ class MemoryJobStore:
         return found[: max(0, int(limit))]
 
     # -- inspection and waiting ----------------------------------------------------------
+
+    def holders(self) -> list[Holding]:
+        """Who holds live reservations (``JobStore.holders``)."""
+        now = self._now()
+        counts: dict[tuple[str, str | None, str | None], int] = {}
+        with self._space.lock:
+            for row in self._space.jobs.values():
+                if row.reserved_until is not None and row.reserved_until > now:
+                    key = (row.queue, row.reserved_by, row.reserved_instance)
+                    counts[key] = counts.get(key, 0) + 1
+        found = [Holding(q, by, inst, n) for (q, by, inst), n in counts.items()]
+        return sorted(found, key=lambda h: (h.queue, h.holder or "", h.instance or ""))
+
+    def release_holder(
+        self, holder: str, *, queue: str | None = None, instance: str | None = None
+    ) -> int:
+        """Hand back ``holder``'s reservations (``JobStore.release_holder``)."""
+        if queue is not None:
+            validate_queue_name(queue)
+        now = self._now()
+        released = 0
+        with self._space.lock:
+            for row in list(self._space.jobs.values()):
+                if row.reserved_until is None or row.reserved_by != holder:
+                    continue
+                if (queue is not None and row.queue != queue) or (
+                    queue is None and instance is not None and row.reserved_instance != instance
+                ):
+                    continue
+                row.reserved_until = row.reserved_token = None
+                row.reserved_by = row.reserved_instance = None
+                row.available_at = now
+                released += 1
+                self._space.wake(row.queue)
+        return released
 
     def get_job(self, job_id: int) -> dict[str, Any] | None:
         """The raw row of one job (``JobStore.get_job``'s columns), for inspection and

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import socket
 from dataclasses import dataclass
 
 from ..exceptions import ClaimLimitExceeded
@@ -65,6 +67,24 @@ class ClaimedJob:
     def receipt(self) -> Receipt:
         """The (id, token) pair that every settlement of this delivery must name."""
         return Receipt(self.id, self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Live reservations of one queue by one holder process (``store.holders()``)."""
+
+    queue: str
+    #: The holder's name (a Celery node name); None for a claimer that gave none.
+    holder: str | None
+    #: The holding process, ``host:pid``.
+    instance: str | None
+    jobs: int
+
+
+def this_instance() -> str:
+    """This process as a claim records it: ``host:pid`` (read at each claim: a forked
+    child is another instance)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True)

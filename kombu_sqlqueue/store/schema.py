@@ -1,7 +1,7 @@
 """The contract-v1 tables as SQLAlchemy Core metadata, and their creation.
 
 Column names, order and meaning are contract v1's (``../shared/seeds/000``).
-Two additive, nullable columns are ours, allowed by the contract's
+Additive, nullable columns are ours, allowed by the contract's
 compatibility rule:
 
 * ``reserved_token`` — written afresh by every claim; every settlement matches
@@ -9,6 +9,11 @@ compatibility rule:
   nothing (fencing, seed 004).
 * ``uuid`` — the caller's identity for the job (a Celery task id), so a
   dead-letter row carries it without the store parsing payloads.
+* ``reserved_by``, ``reserved_instance`` — who holds a reservation (seed 001's consumer
+  identity): the holder's name (a Celery node name, ``celery@host``) and the process
+  (``host:pid``), written by every claim, cleared by a release; NULL when unheld or when
+  the claimer gave no name. ``kombu-sqlqueue stats`` shows them; a worker restarted under
+  a dead predecessor's name hands its holds back at once.
 * ``expires_at`` — unix seconds after which the message is discarded unconsumed
   (AMQP's per-message and per-queue TTL); NULL for most jobs, which never expire.
   A runtime that ignores it just delivers late messages.
@@ -46,7 +51,7 @@ CONTRACT_JOB_COLUMNS = (
     "created_at",
 )
 #: Columns this package adds; added in place to a contract-v1 table lacking them.
-ADDITIVE_JOB_COLUMNS = ("reserved_token", "uuid", "expires_at")
+ADDITIVE_JOB_COLUMNS = ("reserved_token", "uuid", "expires_at", "reserved_by", "reserved_instance")
 #: The statement adding each column of ours to a table created without it: the additive
 #: job columns, and columns our own tables gained after their first release. Literal
 #: DDL, portable to every engine (nullable, no default).
@@ -56,6 +61,12 @@ ADD_COLUMN: dict[tuple[str, str], sa.TextClause] = {
     ),
     (JOBS_TABLE, "uuid"): sa.text("ALTER TABLE askr_jobs ADD COLUMN uuid VARCHAR(255) NULL"),
     (JOBS_TABLE, "expires_at"): sa.text("ALTER TABLE askr_jobs ADD COLUMN expires_at BIGINT NULL"),
+    (JOBS_TABLE, "reserved_by"): sa.text(
+        "ALTER TABLE askr_jobs ADD COLUMN reserved_by VARCHAR(255) NULL"
+    ),
+    (JOBS_TABLE, "reserved_instance"): sa.text(
+        "ALTER TABLE askr_jobs ADD COLUMN reserved_instance VARCHAR(255) NULL"
+    ),
     (QUEUES_TABLE, "message_ttl_ms"): sa.text(
         "ALTER TABLE askr_queues ADD COLUMN message_ttl_ms BIGINT NULL"
     ),
@@ -111,6 +122,8 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("reserved_token", sa.String(64), nullable=True),
         sa.Column("uuid", sa.String(255), nullable=True),
         sa.Column("expires_at", sa.BigInteger, nullable=True),
+        sa.Column("reserved_by", sa.String(255), nullable=True),
+        sa.Column("reserved_instance", sa.String(255), nullable=True),
         # Contract v1 says AUTOINCREMENT: ids are never reused after a delete.
         sqlite_autoincrement=True,
         # Queue names and tokens are matched exactly: a binary collation on MySQL,

@@ -33,6 +33,7 @@ from .model import (
     ClaimedJob,
     ClaimResult,
     DeadLetter,
+    Holding,
     NewJob,
     Receipt,
     check_claim,
@@ -41,6 +42,7 @@ from .model import (
     job_times,
     ready_at,
     reservation_deadline,
+    this_instance,
 )
 from .names import validate_queue_name
 from .schema import ADD_COLUMN, CONTRACT_TABLES, TableSpec
@@ -70,6 +72,9 @@ class JobStore(TableStore):
         self.admin = ContractAdmin(self)
         self._listener: Listener | None = None
         self._listener_tried = False
+        #: The name this store's claims sign their reservations with (a Celery node name;
+        #: seed 001's consumer identity); None signs nothing (the process is still recorded).
+        self.holder: str | None = None
 
     # -- schema -------------------------------------------------------------------
 
@@ -179,6 +184,8 @@ class JobStore(TableStore):
             "now": int(clock),
             "until": reservation_deadline(clock, visibility),
             "token": secrets.token_hex(16),
+            "holder": self.holder,
+            "instance": this_instance(),
         }
 
     def _claim_in(self, tx: Tx, params: dict[str, Any], max_attempts: int | None) -> ClaimResult:
@@ -329,6 +336,34 @@ class JobStore(TableStore):
             return {Receipt(int(job_id), token) for job_id, token in held} & set(receipts)
 
         return self._run(work)
+
+    def holders(self) -> list[Holding]:
+        """Who holds live reservations, per queue: holder name, process, how many jobs."""
+        params = {"now": self._now()}
+        rows = self._run(
+            lambda tx: tx.execute(self.q.job_holders, params).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return sorted(
+            (Holding(str(q), by, inst, int(n)) for q, by, inst, n in rows),
+            key=lambda h: (h.queue, h.holder or "", h.instance or ""),
+        )
+
+    def release_holder(
+        self, holder: str, *, queue: str | None = None, instance: str | None = None
+    ) -> int:
+        """Hand back the reservations signed ``holder`` (of ``queue``; of the process
+        ``instance``): ready now, attempts kept, their holder's late settlements stale.
+        Live holds too: the caller decides the holder is gone. Returns how many."""
+        params: dict[str, Any] = {"holder": holder, "now": self._now()}
+        query = self.q.job_release_holder
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"], query = queue, self.q.job_release_holder_queue
+        elif instance is not None:
+            params["instance"], query = instance, self.q.job_release_instance
+        return int(self._run(lambda tx: tx.execute(query, params).rowcount, single=True))
 
     def _dead_letter_in(
         self, tx: Tx, receipt: Receipt, reason: str, now: int, uncounted: int = 0

@@ -629,3 +629,52 @@ def test_a_lapsed_reservation_nobody_took_is_still_the_holders(
     assert store.renew([first.receipt], 5) == {first.receipt}  # only the token fences
     assert store.ack(second.receipt) is True
     assert store.claim("q", 5, 5).jobs == []  # the renewed one is held again
+
+
+# -- who holds what (seed 001's consumer identity) ------------------------------------------
+
+
+def test_a_claim_signs_its_holds_and_a_release_clears_them(
+    store: JobContract, clock: Clock
+) -> None:
+    from kombu_sqlqueue.store.model import this_instance
+
+    store.enqueue_many([NewJob("q", b"a"), NewJob("q", b"b"), NewJob("other", b"c")])
+    store.holder = "billing@host"
+    a, b = store.claim("q", 2, 30).jobs
+    store.holder = None
+    (c,) = store.claim("other", 1, 30).jobs
+    assert [(h.queue, h.holder, h.instance, h.jobs) for h in store.holders()] == [
+        ("other", None, this_instance(), 1),
+        ("q", "billing@host", this_instance(), 2),
+    ]
+    row = store.get_job(a.id)
+    assert row is not None and row["reserved_by"] == "billing@host"
+    assert store.release(a.receipt)
+    row = store.get_job(a.id)
+    assert row is not None and (row["reserved_by"], row["reserved_instance"]) == (None, None)
+    clock.advance(31)  # b's and c's reservations lapse: nobody holds them any more
+    assert store.holders() == []
+    del b, c
+
+
+def test_release_holder_hands_back_its_holds_only_and_fences_them(
+    store: JobContract, clock: Clock
+) -> None:
+    store.enqueue_many([NewJob("q", b"a"), NewJob("q", b"b"), NewJob("r", b"c")])
+    store.holder = "dead@host"
+    (mine,) = store.claim("q", 1, 300).jobs
+    (other_queue,) = store.claim("r", 1, 300).jobs
+    store.holder = "alive@host"
+    (theirs,) = store.claim("q", 1, 300).jobs
+
+    assert store.release_holder("dead@host", queue="q") == 1
+    assert store.release_holder("dead@host", queue="q") == 0
+    assert not store.ack(mine.receipt)  # the old holder's late ack is stale
+    again = store.claim("q", 1, 300).jobs
+    assert [j.id for j in again] == [mine.id] and again[0].attempts == 2  # attempts kept
+    assert store.release_holder("nobody") == 0
+    assert store.release_holder("dead@host", instance="elsewhere:1") == 0
+    assert store.release_holder("dead@host", instance=store.holders()[0].instance) == 1
+    assert store.ack(theirs.receipt)  # the live holder was never touched
+    del other_queue

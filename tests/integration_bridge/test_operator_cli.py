@@ -70,6 +70,7 @@ def test_an_operator_sees_and_steers_a_queue(
     assert row == {
         "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
         "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
+        "holders": {},
     }  # fmt: skip
     text = ok(cli("stats", url, *lay))
     assert text.splitlines()[0].split()[:4] == ["queue", "total", "ready", "reserved"]
@@ -338,3 +339,39 @@ def test_rows_nobody_can_read_are_shown_as_such(db_url: str, layout: str, table:
     assert listed["kind"] == "unreadable" and "MalformedJob" in ok(cli("failed", "list", url, *lay))
     shown = ok(cli("failed", "show", url, str(listed["id"]), *lay))
     assert "not json at all" in shown and "unreadable" in shown
+
+
+def test_holds_are_shown_by_holder_and_released_by_name(
+    db_url: str, layout: str, table: JobTable, queue: LaravelQueue
+) -> None:
+    url, *lay = target(db_url, layout)
+    for n in range(3):
+        queue.dispatch("App\\Jobs\\A", {"n": n})
+    table.sign("billing@host-1", recover=False)
+    held = table.pop("default", 300)
+    assert held is not None
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    if layout == "laravel":  # Laravel's jobs table has no column for a holder
+        assert (row["reserved"], row["holders"]) == (1, {})
+        refused = cli("peek", url, "default", "--held", *lay)
+        assert refused.returncode == 2 and "records no holder" in refused.stderr
+        return
+    assert (row["reserved"], row["holders"]) == (1, {"billing@host-1": 1})
+    assert "billing@host-1:1" in ok(cli("stats", url, *lay))
+    (shown,) = json.loads(ok(cli("peek", url, "default", "--held", "--json")))
+    assert (shown["id"], shown["holder"], shown["name"]) == (
+        held.id,
+        "billing@host-1",
+        "App\\Jobs\\A",
+    )
+    assert 0 < shown["lapses_in"] <= 300 and shown["instance"].endswith(f":{os.getpid()}")
+
+    unforced = cli("release", url, "--holder", "billing@host-1", "--queue", "default")
+    assert unforced.returncode == 2 and "--force" in unforced.stderr
+    released = ok(
+        cli("release", url, "--holder", "billing@host-1", "--queue", "default", "--force")
+    )
+    assert released.strip() == "released 1 job(s) of queue 'default' held by billing@host-1"
+    (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
+    assert (row["ready"], row["reserved"], row["holders"]) == (3, 0, {})
+    assert not table.delete(held)  # the released holder's late ack changes nothing

@@ -75,9 +75,11 @@ class Queries:
     job_claim = sa.text(
         """
         UPDATE askr_jobs
-           SET reserved_until = :until,
-               attempts       = attempts + 1,
-               reserved_token = :token
+           SET reserved_until    = :until,
+               attempts          = attempts + 1,
+               reserved_token    = :token,
+               reserved_by       = :holder,
+               reserved_instance = :instance
          WHERE id IN (
                SELECT id FROM (
                    SELECT * FROM (
@@ -105,7 +107,8 @@ class Queries:
     job_release = sa.text(
         """
         UPDATE askr_jobs
-           SET reserved_until = NULL, reserved_token = NULL, available_at = :available_at
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :available_at,
+               reserved_by = NULL, reserved_instance = NULL
          WHERE id = :id AND reserved_token = :token
         """
     )
@@ -115,6 +118,7 @@ class Queries:
         """
         UPDATE askr_jobs
            SET reserved_until = NULL, reserved_token = NULL, available_at = :available_at,
+               reserved_by = NULL, reserved_instance = NULL,
                attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
          WHERE id = :id AND reserved_token = :token
         """
@@ -140,7 +144,8 @@ class Queries:
     job_get = sa.text(
         """
         SELECT id, queue, payload, priority, available_at, reserved_until, attempts,
-               max_attempts, created_at, reserved_token, uuid, expires_at
+               max_attempts, created_at, reserved_token, uuid, expires_at, reserved_by,
+               reserved_instance
           FROM askr_jobs WHERE id = :id
         """
     )
@@ -244,6 +249,42 @@ class Queries:
         """
     )
 
+    # -- who holds what (seed 001's consumer identity) -------------------------------------
+    job_holders = sa.text(
+        """
+        SELECT queue, reserved_by, reserved_instance, count(*) FROM askr_jobs
+         WHERE reserved_until > :now
+         GROUP BY queue, reserved_by, reserved_instance
+        """
+    )
+    # A holder's reservations handed back, live ones too: ready now, attempts kept (the
+    # holder may have run them), tokens cleared so its late settlements are stale.
+    job_release_holder = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
+               reserved_by = NULL, reserved_instance = NULL
+         WHERE reserved_by = :holder AND reserved_until IS NOT NULL
+        """
+    )
+    job_release_holder_queue = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
+               reserved_by = NULL, reserved_instance = NULL
+         WHERE reserved_by = :holder AND queue = :queue AND reserved_until IS NOT NULL
+        """
+    )
+    job_release_instance = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
+               reserved_by = NULL, reserved_instance = NULL
+         WHERE reserved_by = :holder AND reserved_instance = :instance
+           AND reserved_until IS NOT NULL
+        """
+    )
+
     # -- what operators read and steer (store/admin.py) ---------------------------------
     # One pass over the jobs for every queue's figures: the columns it reads are all in
     # the claim index, so a server engine can answer from the index alone.
@@ -277,6 +318,17 @@ class Queries:
          WHERE queue = :queue AND (reserved_until IS NULL OR reserved_until <= :now)
          ORDER BY CASE WHEN available_at <= :now THEN :now ELSE available_at END,
                   priority DESC, available_at, id
+         LIMIT :n
+        """
+    )
+    # The live reservations of a queue, the soonest to lapse first.
+    queue_held = sa.text(
+        """
+        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+               created_at, reserved_until, reserved_by, reserved_instance
+          FROM askr_jobs
+         WHERE queue = :queue AND reserved_until > :now
+         ORDER BY reserved_until, id
          LIMIT :n
         """
     )

@@ -82,7 +82,8 @@ class MySQLQueries(Queries):
     job_claim_mark = sa.text(
         """
         UPDATE askr_jobs
-           SET reserved_until = :until, attempts = attempts + 1, reserved_token = :token
+           SET reserved_until = :until, attempts = attempts + 1, reserved_token = :token,
+               reserved_by = :holder, reserved_instance = :instance
          WHERE id IN :ids
         """
     ).bindparams(sa.bindparam("ids", expanding=True))
@@ -104,7 +105,13 @@ class MySQLQueries(Queries):
         if not ids:
             return []
         tx.execute_bound(
-            self.job_claim_mark.bindparams(ids=ids, until=params["until"], token=params["token"])
+            self.job_claim_mark.bindparams(
+                ids=ids,
+                until=params["until"],
+                token=params["token"],
+                holder=params["holder"],
+                instance=params["instance"],
+            )
         )
         rows = tx.execute_bound(self.job_claim_read.bindparams(ids=ids)).fetchall()
         return [(*row, int(row[0]) in lapsed) for row in rows]

@@ -94,7 +94,8 @@ class PostgreSQLQueries(Queries):
                      AS ready
                   ORDER BY priority DESC, available_at, id LIMIT :n)
         UPDATE askr_jobs AS j
-           SET reserved_until = :until, attempts = j.attempts + 1, reserved_token = :token
+           SET reserved_until = :until, attempts = j.attempts + 1, reserved_token = :token,
+               reserved_by = :holder, reserved_instance = :instance
           FROM picked WHERE j.id = picked.id
         RETURNING j.id, j.queue, j.payload, j.priority, j.available_at, j.attempts,
                   j.max_attempts, j.uuid, j.expires_at, picked.lapsed
