@@ -133,6 +133,19 @@ def new_job(
     )
 
 
+def dedupe_identity(message: dict[str, Any]) -> str | None:
+    """What a publish is deduplicated by: the header ``dedupe_key`` a producer set, else a
+    Celery task's id; None for a message with neither (never deduplicated)."""
+    headers = message.get("headers") or {}
+    key = headers.get("dedupe_key")
+    if isinstance(key, str) and key:
+        return key
+    task_id = headers.get("id")
+    if is_celery_task(headers) and isinstance(task_id, str) and task_id:
+        return task_id
+    return None
+
+
 def is_celery_task(headers: dict[str, Any]) -> bool:
     """A Celery task message (protocol 2: the task's name and id are headers)."""
     return bool(headers.get("task")) and bool(headers.get("id"))

@@ -106,6 +106,10 @@ class TransportOptions:
     #: The name this process's claims sign their reservations with (None: the Celery
     #: worker's node name, else ``<program>@<host>``); see docs/operations.md.
     consumer_name: str | None = None
+    #: Enqueue once: seconds during which a publish whose identity (the header
+    #: ``dedupe_key``, else the Celery task id) was first written to the queue writes
+    #: nothing — a number for every queue, or ``{queue: seconds}``; None: off.
+    dedupe_window: float | Mapping[str, float] | None = None
     #: Hand back, when consuming starts, the holds of an earlier process of this host
     #: that signed with the same name and is gone (never a live process's).
     recover_holds: bool = True
@@ -162,6 +166,18 @@ class TransportOptions:
         for flag in ("create_tables", "recover_holds"):
             if flag in values and not isinstance(values[flag], bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {values[flag]!r}")
+        window = values.get("dedupe_window")
+        if isinstance(window, Mapping):
+            checked = {}
+            for queue, seconds in window.items():
+                try:
+                    validate_queue_name(queue)
+                except InvalidQueueName as exc:
+                    raise ConfigurationError(f"dedupe_window: {exc}") from exc
+                checked[queue] = _number(f"dedupe_window[{queue!r}]", seconds, minimum=1)
+            values["dedupe_window"] = checked
+        elif window is not None:
+            values["dedupe_window"] = _number("dedupe_window", window, minimum=1)
         consumer = values.get("consumer_name")
         if consumer is not None and (
             not isinstance(consumer, str) or not consumer.strip() or len(consumer) > 255
@@ -239,6 +255,14 @@ class TransportOptions:
         if found is not None:
             return found
         return QueueOptions(self.max_attempts, BackoffPolicy(self.backoff_base, self.backoff_cap))
+
+    def dedupe_window_for(self, queue: str) -> float | None:
+        """The deduplication window of ``queue`` in seconds; None: every publish writes."""
+        window = self.dedupe_window
+        if isinstance(window, Mapping):
+            found = window.get(queue)
+            return None if found is None else float(found)
+        return window
 
     @property
     def effective_renew_interval(self) -> float:

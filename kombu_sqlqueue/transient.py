@@ -64,14 +64,20 @@ class TransientWriter:
                 return
         self.write_through(job)
 
-    def write_through(self, job: NewJob) -> None:
-        """Store ``job`` now, after the messages held before it; errors are the caller's."""
+    def write_through(self, job: NewJob, once: tuple[str, float] | None = None) -> bool:
+        """Store ``job`` now, after the messages held before it; errors are the caller's.
+
+        ``once``: (identity, window) — write it only if the identity was not first written
+        within the window (``enqueue_once``). Returns False when it wrote nothing."""
         with self._write_lock:
             with self._lock:
                 held, self._pending = self._pending, []
             if held:
                 self._write(held)
-            self.store.enqueue(job)
+            if once is None:
+                self.store.enqueue(job)
+                return True
+            return self.store.enqueue_once(job, *once) is not None
 
     def flush(self) -> None:
         """Write what is held now (one statement)."""

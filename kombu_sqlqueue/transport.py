@@ -51,6 +51,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 from . import holders, lifecycle
 from ._version import __version__
 from .envelope import (
+    dedupe_identity,
     delivery,
     delivery_tag,
     eta_delay,
@@ -137,7 +138,20 @@ class Channel(virtual.Channel):
             self.connection.store_for(queue).enqueue(fmt.write(queue, message))
             return
         job = self._new_job(queue, message)
-        if hold_transient and is_transient(message) and self.options.transient_flush_interval:
+        window = self.options.dedupe_window_for(queue)
+        identity = dedupe_identity(message) if window is not None else None
+        if identity is not None and window is not None:
+            # Enqueue once: written now, whatever its delivery mode (a held burst could not
+            # say it wrote nothing).
+            if not self.connection.transient.write_through(job, (identity, window)):
+                self.connection.deduplicated += 1
+                logger.debug(
+                    "not written to queue %r: %r was first written less than %gs ago",
+                    queue,
+                    identity,
+                    window,
+                )
+        elif hold_transient and is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
             self.connection.transient.put(job)
         else:
@@ -641,6 +655,8 @@ class Transport(virtual.Transport):
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
         self._idle_rounds = 0
         self._condition_reported = False
+        #: Publishes the deduplication window kept from writing (``dedupe_window``).
+        self.deduplicated = 0
         #: The name this process's claims sign with (see holders.py).
         self.consumer_name = self.options.consumer_name or holders.default_name()
         self.store.holder = self.consumer_name

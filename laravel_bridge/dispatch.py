@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
@@ -27,7 +28,9 @@ from .payload import (
     delay_seconds,
     unix_time,
 )
-from .tables import JobTable, PushJob, open_table
+from .tables import CacheLocks, JobTable, PushJob, open_table
+
+logger = logging.getLogger(__name__)
 
 #: A chained job: a built command, or ``(class_name, properties)``.
 ChainLink = JobCommand | tuple[str, Mapping[str, Any]]
@@ -63,6 +66,8 @@ class LaravelQueue:
         create_tables: bool = True,
         table: JobTable | None = None,
         laravel_version: int = DEFAULT_LARAVEL_VERSION,
+        unique_locks: str | None = None,
+        cache_prefix: str = "laravel_cache",
     ) -> None:
         if laravel_version not in LARAVEL_VERSIONS:
             raise LaravelBridgeError(
@@ -72,6 +77,10 @@ class LaravelQueue:
         #: The Laravel version whose payload keys are written (see ``Payload.build``).
         self.laravel_version = laravel_version
         self.connection_name = connection_name
+        #: Laravel's database cache store lock table (``cache_locks``) and ``cache.prefix``,
+        #: for ``dispatch(..., unique_for=…)``.
+        self.unique_locks = unique_locks
+        self.cache_prefix = cache_prefix
         self.encrypter = Encrypter(app_key, cipher) if app_key else None
         self.table = table or open_table(
             url,
@@ -142,20 +151,78 @@ class LaravelQueue:
         )
         return PushJob(queue or DEFAULT_QUEUE, payload.to_stored_json(), seconds, payload.uuid)
 
+    @overload
     def dispatch(
-        self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any
-    ) -> Dispatched:
+        self,
+        class_name: str,
+        properties: Mapping[str, Any] | None = None,
+        *,
+        unique_for: None = None,
+        **options: Any,
+    ) -> Dispatched: ...
+
+    @overload
+    def dispatch(
+        self,
+        class_name: str,
+        properties: Mapping[str, Any] | None = None,
+        *,
+        unique_for: int,
+        unique_id: str | int = "",
+        **options: Any,
+    ) -> Dispatched | None: ...
+
+    def dispatch(
+        self,
+        class_name: str,
+        properties: Mapping[str, Any] | None = None,
+        *,
+        unique_for: int | None = None,
+        unique_id: str | int = "",
+        **options: Any,
+    ) -> Dispatched | None:
         """Store one job of PHP class ``class_name`` with ``properties`` (by plain name).
 
         Options: ``queue``, ``delay`` (seconds or a datetime), ``tries``,
         ``backoff`` (seconds, or a list by attempt), ``timeout``, ``retry_until``
         (a datetime or unix time), ``max_exceptions``, ``fail_on_timeout``,
         ``encrypt``, ``chain`` (jobs to run after this one), ``uuid``.
+
+        ``unique_for`` (seconds; 0: a day) makes it a ``ShouldBeUnique`` dispatch, as
+        Laravel's ``PendingDispatch`` does one: it takes the lock
+        ``laravel_unique_job:<class><unique_id>`` in the database cache store's lock table
+        (``unique_locks``, ``cache_prefix``) and stores nothing — returning None — while
+        that lock is held, by a job dispatched from PHP or Python and not yet finished.
+        Laravel's worker (or ``laravel-bridge work --unique-locks-table``) releases it when
+        the job is done or failed, the class being ``ShouldBeUnique``; ``unique_id`` must
+        be what its ``uniqueId`` says.
         """
         job = self.build(class_name, properties, **options)
-        job_id = self.table.push(job)
+        if unique_for is None:
+            job_id = self.table.push(job)
+        else:
+            if isinstance(unique_for, bool) or not isinstance(unique_for, int) or unique_for < 0:
+                raise LaravelBridgeError(f"unique_for must be an int >= 0, got {unique_for!r}")
+            locks, key = self._unique_lock(class_name, unique_id)
+            if not locks.acquire(key, unique_for):
+                logger.debug("not dispatched: %s is unique and %r is held", class_name, key)
+                return None
+            try:
+                job_id = self.table.push(job)
+            except BaseException:
+                locks.force_release(key)  # nothing was queued: the lock must not outlive it
+                raise
         assert job.uuid is not None
         return Dispatched(job_id, job.uuid, job.queue)
+
+    def _unique_lock(self, class_name: str, unique_id: str | int) -> tuple[CacheLocks, str]:
+        if self.unique_locks is None:
+            raise LaravelBridgeError(
+                "unique_for needs Laravel's database cache store lock table: "
+                "LaravelQueue(unique_locks='cache_locks')"
+            )
+        key = f"{self.cache_prefix}laravel_unique_job:{class_name.lstrip(chr(92))}{unique_id}"
+        return self.table.cache_locks(self.unique_locks), key
 
     def dispatch_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]]], **options: Any) -> int:
         """Store many jobs, sharing ``options``, with multi-row INSERTs in one transaction

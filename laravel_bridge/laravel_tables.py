@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -738,7 +739,40 @@ class CacheLocks(LaravelAppTable):
             sa.Column("owner", sa.String(255), nullable=False),
             sa.Column("expiration", sa.Integer, nullable=False),
         )
-        self._release = sa.delete(self.table).where(self.table.c.key == sa.bindparam("key"))
+        c = self.table.c
+        self._release = sa.delete(self.table).where(c.key == sa.bindparam("key"))
+        self._insert = self.engine.queries.insert_or_nothing(self.table).values(
+            key=sa.bindparam("key"),
+            owner=sa.bindparam("owner"),
+            expiration=sa.bindparam("expiration"),
+        )
+        self._take_over = (
+            sa.update(self.table)
+            .where(
+                c.key == sa.bindparam("key"),
+                sa.or_(c.owner == sa.bindparam("owner"), c.expiration <= sa.bindparam("now")),
+            )
+            .values(owner=sa.bindparam("owner"), expiration=sa.bindparam("expiration"))
+        )
+
+    def acquire(self, key: str, seconds: int, owner: str | None = None) -> bool:
+        """``DatabaseLock::acquire``: take the lock ``key`` (the cache prefix included) for
+        ``seconds`` (0: a day, as Laravel's ``expiresAt``), unless another owner holds it
+        unexpired; True when taken."""
+        now = self._now()
+        params = {
+            "key": key,
+            "owner": owner or secrets.token_urlsafe(12)[:16],
+            "now": now,
+            "expiration": now + seconds if seconds > 0 else now + 86400,
+        }
+
+        def work(tx: Tx) -> bool:
+            if tx.execute(self._insert, params).rowcount == 1:
+                return True
+            return bool(tx.execute(self._take_over, params).rowcount >= 1)
+
+        return bool(self._run(work))
 
     def force_release(self, key: str) -> bool:
         """Delete the lock ``key`` (the cache prefix included), whoever owns it; True if one

@@ -111,6 +111,11 @@ class JobContract(Protocol):
         """Store many jobs at once; return their ids in order."""
         ...
 
+    def enqueue_once(self, job: NewJob, key: str, window: float) -> int | None:
+        """Store ``job`` unless ``key`` was first written to its queue less than
+        ``window`` seconds ago; its id, or None when nothing was written."""
+        ...
+
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
     ) -> ClaimResult:

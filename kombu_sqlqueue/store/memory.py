@@ -43,6 +43,7 @@ from .model import (
     Route,
     check_claim,
     claim_limit,
+    dedupe_key,
     exhausted_reason,
     job_times,
     ready_at,
@@ -135,6 +136,8 @@ class _Space:
         self.queues: dict[str, _QueueRecord] = {}
         #: Laravel's ``maxExceptions`` counts: uuid -> (count, expires_at).
         self.exception_counts: dict[str, tuple[int, int]] = {}
+        #: (queue, dedupe key) → when first written (``askr_dedupe``).
+        self.dedupe: dict[tuple[str, str], int] = {}
         #: Wake-ups so far, and the number of the last one per queue.
         self.wakeups = 0
         self.woken: dict[str, int] = {}
@@ -279,6 +282,19 @@ class MemoryJobStore:
         """Store one job; return its id."""
         row = self._new_row(job, self.clock())
         with self._space.lock:
+            return self._space.insert(row)
+
+    def enqueue_once(self, job: NewJob, key: str, window: float) -> int | None:
+        """Store ``job`` unless ``key`` was first written to its queue within ``window``
+        seconds (``JobStore.enqueue_once``)."""
+        now = self.clock()
+        row = self._new_row(job, now)
+        stored = (job.queue, dedupe_key(key, window))
+        with self._space.lock:
+            first = self._space.dedupe.get(stored)
+            if first is not None and first > now - window:
+                return None
+            self._space.dedupe[stored] = int(now)
             return self._space.insert(row)
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:

@@ -4,6 +4,7 @@ cannot drift apart. No SQL and no Kombu here."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -183,6 +184,24 @@ def job_times(job: NewJob, now: float) -> tuple[int, int | None]:
         raise ValueError(f"attempts must be 0..max_attempts, got {job.attempts!r}")
     expires_at = None if job.expires_in is None else math.ceil(now + max(0.0, job.expires_in))
     return ready_at(now, job.delay), expires_at
+
+
+#: Longest deduplication key stored as is; a longer one is stored as its SHA-256.
+MAX_DEDUPE_KEY = 255
+#: An enqueue-once sweeps its queue's identities older than its window every this many calls.
+DEDUPE_SWEEP_EVERY = 1000
+
+
+def dedupe_key(key: str, window: float) -> str:
+    """``key`` as stored (a long one as ``sha256:<hex>``), after checking ``key``, ``window``."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a deduplication key must be a non-empty string, got {key!r}")
+    if not window > 0:
+        raise ValueError(f"a deduplication window must be > 0 seconds, got {window!r}")
+    if len(key) > MAX_DEDUPE_KEY or not key.isprintable():
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"sha256:{digest}"
+    return key
 
 
 def check_claim(queue: str, n: int) -> None:

@@ -36,6 +36,8 @@ FAILED_TABLE = "askr_failed_jobs"
 BINDINGS_TABLE = "askr_bindings"
 #: Queues with a lifetime (``x-expires``): deleted when nobody has used them for that long.
 QUEUES_TABLE = "askr_queues"
+#: Enqueue-once identities (ours): when each (queue, key) was first written.
+DEDUPE_TABLE = "askr_dedupe"
 CLAIM_INDEX = "askr_jobs_claim"
 
 #: Columns contract v1 defines; a table lacking one of them is not ours to use.
@@ -96,6 +98,7 @@ CONTRACT_TABLES = (
     TableSpec(
         QUEUES_TABLE, ("name", "expires_seconds", "last_used_at", "message_ttl_ms"), _CREATE_HINT
     ),
+    TableSpec(DEDUPE_TABLE, ("queue", "dedupe_key", "first_at"), _CREATE_HINT),
 )
 
 # MySQL cannot index TEXT without a prefix length, and its BLOB stops at 64 KiB.
@@ -172,6 +175,15 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("last_used_at", sa.BigInteger, nullable=False),
         # x-message-ttl: a publisher that reads the queue's bindings stamps its messages.
         sa.Column("message_ttl_ms", sa.BigInteger, nullable=True),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Table(
+        DEDUPE_TABLE,
+        metadata,
+        sa.Column("queue", sa.String(255), primary_key=True),
+        sa.Column("dedupe_key", sa.String(255), primary_key=True),
+        sa.Column("first_at", sa.BigInteger, nullable=False),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )

@@ -28,6 +28,7 @@ from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
 from .executor import Tx
 from .model import (
+    DEDUPE_SWEEP_EVERY,
     MAX_CLAIM_ROUNDS,
     Backlog,
     ClaimedJob,
@@ -38,6 +39,7 @@ from .model import (
     Receipt,
     check_claim,
     claim_limit,
+    dedupe_key,
     exhausted_reason,
     job_times,
     ready_at,
@@ -75,6 +77,7 @@ class JobStore(TableStore):
         #: The name this store's claims sign their reservations with (a Celery node name;
         #: seed 001's consumer identity); None signs nothing (the process is still recorded).
         self.holder: str | None = None
+        self._dedupe_calls = 0
 
     # -- schema -------------------------------------------------------------------
 
@@ -125,6 +128,33 @@ class JobStore(TableStore):
             return self.q.insert_job(tx, row)
 
         return self._run(work, single=True)
+
+    def enqueue_once(self, job: NewJob, key: str, window: float) -> int | None:
+        """Store ``job`` unless its identity ``key`` was first written to its queue less
+        than ``window`` seconds ago — whether that job is still queued, held or done —
+        and return its id; None when it wrote nothing (seed 001's deduplication window).
+        The window counts from the first write; a repeat does not stretch it. Of publishers
+        racing one key, exactly one writes."""
+        now = self.clock()
+        row = self._job_row(job, now)
+        params = {
+            "queue": job.queue,
+            "key": dedupe_key(key, window),
+            "now": int(now),
+            "cutoff": int(now - window),
+        }
+        self._dedupe_calls += 1
+        sweep = self._dedupe_calls % DEDUPE_SWEEP_EVERY == 1
+
+        def work(tx: Tx) -> int | None:
+            if sweep:  # identities past the window: nothing reads them again
+                tx.execute(self.q.dedupe_sweep, params)
+            first = tx.execute(self.q.dedupe_add, params).rowcount == 1
+            if not first and tx.execute(self.q.dedupe_renew, params).rowcount != 1:
+                return None
+            return self.q.insert_job(tx, row)
+
+        return self._run(work)
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
         """Store many jobs in one transaction with multi-row INSERTs; return their ids in order."""

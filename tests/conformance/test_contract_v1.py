@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -678,3 +679,73 @@ def test_release_holder_hands_back_its_holds_only_and_fences_them(
     assert store.release_holder("dead@host", instance=store.holders()[0].instance) == 1
     assert store.ack(theirs.receipt)  # the live holder was never touched
     del other_queue
+
+
+# -- enqueue once (seed 001's deduplication window) -----------------------------------------
+
+
+def test_enqueue_once_writes_an_identity_once_per_window_from_its_first_write(
+    store: JobContract, clock: Clock
+) -> None:
+    first = store.enqueue_once(job(payload=b"1"), "task-1", 60)
+    assert first is not None
+    clock.advance(30)
+    assert store.enqueue_once(job(payload=b"2"), "task-1", 60) is None  # queued: nothing
+    (held,) = store.claim("q", 1, 30).jobs
+    assert store.enqueue_once(job(payload=b"3"), "task-1", 60) is None  # held: nothing
+    assert store.ack(held.receipt)
+    clock.advance(29)
+    assert store.enqueue_once(job(payload=b"4"), "task-1", 60) is None  # done: nothing
+    assert stored_count(store) == 0
+    # Repeats did not stretch the window: 60 s after the first write it is open again.
+    clock.advance(1)
+    assert store.enqueue_once(job(payload=b"5"), "task-1", 60) is not None
+    assert store.enqueue_once(job(payload=b"6"), "task-1", 60) is None
+    # Per queue, per key; and a key too long to store whole is stored as its digest.
+    assert store.enqueue_once(job(queue="other", payload=b"7"), "task-1", 60) is not None
+    assert store.enqueue_once(job(payload=b"8"), "task-2", 60) is not None
+    long_key = "k" * 1000
+    assert store.enqueue_once(job(payload=b"9"), long_key, 60) is not None
+    assert store.enqueue_once(job(payload=b"10"), long_key, 60) is None
+    assert sorted(stored_payloads(store)) == [b"5", b"7", b"8", b"9"]
+
+
+@pytest.mark.parametrize(("key", "window"), [("", 60), ("k", 0), ("k", -1)])
+def test_enqueue_once_refuses_an_empty_key_or_window(
+    store: JobContract, key: str, window: float
+) -> None:
+    with pytest.raises(ValueError):
+        store.enqueue_once(job(), key, window)
+    assert stored_count(store) == 0
+
+
+def _race_enqueue_once(url: str, start: object, n: int) -> int:
+    s = open_store(url)
+    try:
+        start.wait()  # type: ignore[attr-defined]
+        return sum(
+            s.enqueue_once(job(payload=b"%d" % i), "the-same-key", 600) is not None
+            for i in range(n)
+        )
+    finally:
+        s.close()
+
+
+def test_publishers_racing_one_key_in_separate_processes_write_one_row(
+    db_url: str, engine_name: str
+) -> None:
+    sql_only(engine_name, "processes sharing it")
+    import multiprocessing
+
+    seed = open_store(db_url)
+    seed.ensure_ready()
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Manager().Event()
+    with ctx.Pool(6) as pool:
+        pending = [pool.apply_async(_race_enqueue_once, (db_url, start, 5)) for _ in range(6)]
+        time.sleep(1.0)  # let every process connect and wait at the start line
+        start.set()
+        written = [p.get(timeout=60) for p in pending]
+    assert sum(written) == 1
+    assert stored_count(seed) == 1
+    seed.close()

@@ -115,3 +115,30 @@ def test_a_missing_lock_table_is_a_warning_not_a_crash(
         assert run(table, unique_locks="no_such_locks") == [EXPORT]
     assert table.size("default") == 0  # the job itself is done
     assert any("no_such_locks" in r.getMessage() for r in caplog.records)
+
+
+def test_python_dispatches_a_unique_job_as_laravel_does(queue: LaravelQueueHarness) -> None:
+    """``dispatch(..., unique_for=…)`` takes the lock Laravel's PendingDispatch takes: PHP's
+    dispatch of the same job is dropped while it is queued, the lock is released when the
+    job is done, and the next dispatch from either side is queued again."""
+    python = LaravelQueue(queue.db_url, "laravel", create_tables=False, unique_locks="cache_locks")
+    try:
+        first = python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21)
+        assert first is not None
+        assert locks(queue.db_url) == ["laravel_cachelaravel_unique_job:App\\Things\\BuildReport21"]
+        assert not queue.dispatch_unique("BuildReport", "21")  # Laravel sees Python's lock
+        assert python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21) is None
+        assert python.dispatch(REPORT, {"reportId": 22}, unique_for=3600, unique_id=22)
+        assert python.size() == 2
+
+        # This harness's PHP worker has an array cache store, so the jobs are run by ours,
+        # which releases the locks as CallQueuedHandler::ensureUniqueJobLockIsReleased does.
+        assert run(python.table, unique_locks="cache_locks") == [REPORT, REPORT]
+        assert locks(queue.db_url) == []
+        assert python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21)
+        assert not queue.dispatch_unique("BuildReport", "21")
+        # And a lock PHP took holds Python back the same way.
+        assert queue.dispatch_unique("BuildReport", "23")
+        assert python.dispatch(REPORT, {"reportId": 23}, unique_for=3600, unique_id=23) is None
+    finally:
+        python.close()

@@ -139,3 +139,28 @@ def test_queue_formats_must_be_a_mapping_of_valid_queue_names() -> None:
         TransportOptions.from_mapping({"queue_formats": ["php"]})
     with pytest.raises(ConfigurationError, match="queue_formats"):
         TransportOptions.from_mapping({"queue_formats": {"": "laravel"}})
+
+
+# -- dedupe_window (enqueue once; tests/integration/test_dedupe.py runs it) ---------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "dedupe_window must be >= 1"),
+        ("60", "must be a number"),
+        ({"bad\tqueue": 60}, "non-printable"),
+        ({"q": -5}, "dedupe_window['q'] must be >= 1"),
+    ],
+)
+def test_a_bad_dedupe_window_is_refused(value: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        TransportOptions.from_mapping({"dedupe_window": value})
+
+
+def test_dedupe_windows_per_queue() -> None:
+    per_queue = TransportOptions.from_mapping({"dedupe_window": {"a": 30}})
+    assert (per_queue.dedupe_window_for("a"), per_queue.dedupe_window_for("b")) == (30.0, None)
+    everywhere = TransportOptions.from_mapping({"dedupe_window": 90})
+    assert everywhere.dedupe_window_for("any") == 90.0
+    assert TransportOptions.from_mapping({}).dedupe_window_for("a") is None

@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 
 from ...exceptions import ConfigurationError, StoreConditionError
@@ -249,6 +250,26 @@ class Queries:
         """
     )
 
+    # -- enqueue once (seed 001's deduplication window) -----------------------------------
+    # Insert-or-nothing, race-free on every engine that has ON CONFLICT (SQLite 3.24+,
+    # PostgreSQL): of two publishers racing one key, one inserts, the other waits for its
+    # commit and inserts nothing.
+    dedupe_add = sa.text(
+        """
+        INSERT INTO askr_dedupe (queue, dedupe_key, first_at) VALUES (:queue, :key, :now)
+        ON CONFLICT DO NOTHING
+        """
+    )
+    # A key first written before the window began starts a new window (a repeat inside
+    # the window never moves it: the window counts from the first write).
+    dedupe_renew = sa.text(
+        """
+        UPDATE askr_dedupe SET first_at = :now
+         WHERE queue = :queue AND dedupe_key = :key AND first_at <= :cutoff
+        """
+    )
+    dedupe_sweep = sa.text("DELETE FROM askr_dedupe WHERE queue = :queue AND first_at <= :cutoff")
+
     # -- who holds what (seed 001's consumer identity) -------------------------------------
     job_holders = sa.text(
         """
@@ -445,6 +466,13 @@ class Queries:
     LARAVEL_NAME = 512
     #: How many of the oldest ready rows a pop by class looks at first (then all of them).
     LARAVEL_WINDOW = 16
+
+    @staticmethod
+    def insert_or_nothing(table: sa.Table) -> Any:
+        """``INSERT`` into ``table`` that writes nothing when the row's key exists (an
+        app's table: Laravel's ``cache_locks``). SQLite and PostgreSQL: ON CONFLICT DO
+        NOTHING, through their dialect's insert (the base's, SQLite's)."""
+        return sqlite_insert(table).on_conflict_do_nothing()
 
     @staticmethod
     def text_position(haystack: Any, needle: Any) -> Any:

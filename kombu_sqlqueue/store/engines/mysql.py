@@ -57,6 +57,18 @@ class MySQLQueries(Queries):
         VALUES (:name, :expires, :now, :message_ttl_ms)
         """
     )
+
+    @staticmethod
+    def insert_or_nothing(table: sa.Table) -> Any:
+        # MySQL has no ON CONFLICT: INSERT IGNORE is its insert-or-nothing.
+        return sa.insert(table).prefix_with("IGNORE")
+
+    # MySQL has no ON CONFLICT: INSERT IGNORE is its insert-or-nothing.
+    dedupe_add = sa.text(
+        """
+        INSERT IGNORE INTO askr_dedupe (queue, dedupe_key, first_at) VALUES (:queue, :key, :now)
+        """
+    )
     binding_add = sa.text(
         """
         INSERT IGNORE INTO askr_bindings (exchange, routing_key, queue, exchange_type, created_at)

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL
 
 from ...exceptions import (
@@ -127,6 +128,11 @@ class PostgreSQLQueries(Queries):
           FROM askr_jobs WHERE id = :id AND reserved_token = :token
         """
     )
+
+    @staticmethod
+    def insert_or_nothing(table: sa.Table) -> Any:
+        # The same ON CONFLICT DO NOTHING, as PostgreSQL's dialect renders it.
+        return pg_insert(table).on_conflict_do_nothing()
 
     def __init__(self, laravel_jobs: str = "jobs", laravel_failed: str = "failed_jobs") -> None:
         super().__init__(laravel_jobs, laravel_failed)
