@@ -267,45 +267,35 @@ class ContractAdmin:
         return bool(found)
 
     def peek(self, queue: str, n: int) -> list[WaitingJob]:
-        validate_queue_name(queue)
-        s = self._store
-        params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
-        return [
-            WaitingJob(
-                id=int(i),
-                queue=str(q),
-                payload=bytes(p),
-                attempts=int(a),
-                available_at=int(at),
-                created_at=int(c),
-                priority=int(pr),
-                uuid=u,
-            )
-            for i, q, p, pr, at, a, _limit, u, c in read_rows(s, s.q.queue_peek, params)
-        ]
+        return self._waiting(self._store.q.queue_peek, queue, n)
 
     def held(self, queue: str, n: int) -> list[WaitingJob]:
+        return self._waiting(self._store.q.queue_held, queue, n)
+
+    def _waiting(self, query: Any, queue: str, n: int) -> list[WaitingJob]:
+        """The rows of ``queue_peek`` / ``queue_held`` (which adds the reservation)."""
         validate_queue_name(queue)
         s = self._store
         params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
-        return [
-            WaitingJob(
-                id=int(i),
-                queue=str(q),
-                payload=bytes(p),
-                attempts=int(a),
-                available_at=int(at),
-                created_at=int(c),
-                priority=int(pr),
-                uuid=u,
-                reserved_until=int(until),
-                holder=by,
-                instance=inst,
+        found = []
+        for i, q, p, pr, at, a, _limit, u, c, *held in read_rows(s, query, params):
+            until, by, instance = held or (None, None, None)
+            found.append(
+                WaitingJob(
+                    id=int(i),
+                    queue=str(q),
+                    payload=bytes(p),
+                    attempts=int(a),
+                    available_at=int(at),
+                    created_at=int(c),
+                    priority=int(pr),
+                    uuid=u,
+                    reserved_until=None if until is None else int(until),
+                    holder=by,
+                    instance=instance,
+                )
             )
-            for i, q, p, pr, at, a, _limit, u, c, until, by, inst in read_rows(
-                s, s.q.queue_held, params
-            )
-        ]
+        return found
 
     def holders(self) -> list[Holding]:
         return self._store.holders()

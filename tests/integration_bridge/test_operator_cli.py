@@ -44,6 +44,15 @@ def target(db_url: str, layout: str) -> list[str]:
     return [db_url, "--layout", "laravel"]
 
 
+def stop(process: subprocess.Popen[str]) -> None:
+    """End a CLI process this test started, its pipes closed."""
+    process.terminate()
+    process.wait(timeout=10)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def ok(done: Any) -> str:
     assert done.returncode == 0, done.stderr
     return str(done.stdout)
@@ -159,11 +168,7 @@ def exporter(db_url: str, layout: str, table: JobTable) -> Iterator[str]:
                 time.sleep(0.1)
         yield address
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
+        stop(process)
 
 
 def scrape(address: str) -> dict[tuple[str, str], float]:
@@ -221,11 +226,7 @@ def test_stats_watch_refreshes_until_interrupted(db_url: str, layout: str, table
                 break
         assert headers == 3, process.stderr.read()  # type: ignore[union-attr]
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
+        stop(process)
 
 
 def test_create_tables_says_what_it_made(db_url: str, layout: str) -> None:
