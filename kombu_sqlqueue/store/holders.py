@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from pathlib import Path
 
 from .contract import JobContract
+from .model import HOST
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def process_gone(pid: int) -> bool:
 def recover_dead_holds(store: JobContract, name: str) -> int:
     """Hand back the live holds signed ``name`` whose process on this host is gone;
     return how many jobs came back."""
-    host, here = socket.gethostname(), os.getpid()
+    host, here = HOST, os.getpid()
     released = 0
     for holding in store.holders():
         if holding.holder != name or holding.instance is None:

@@ -571,16 +571,14 @@ class MemoryJobStore:
         now = self._now()
         released = 0
         with self._space.lock:
-            for row in list(self._space.jobs.values()):
-                if row.reserved_until is None or row.reserved_by != holder:
+            for row in self._space.jobs.values():
+                if row.reserved_until is None or row.reserved_until <= now:
                     continue
-                if (queue is not None and row.queue != queue) or (
-                    queue is None and instance is not None and row.reserved_instance != instance
-                ):
+                if row.reserved_by != holder or (queue is not None and row.queue != queue):
                     continue
-                row.reserved_until = row.reserved_token = None
-                row.reserved_by = row.reserved_instance = None
-                row.available_at = now
+                if queue is None and instance is not None and row.reserved_instance != instance:
+                    continue
+                row.reserved_until = now  # lapsed now, as the SQL stores do it
                 released += 1
                 self._space.wake(row.queue)
         return released

@@ -82,10 +82,14 @@ class Holding:
     jobs: int
 
 
+#: This machine's name, read once (a claim records it with the pid).
+HOST = socket.gethostname()
+
+
 def this_instance() -> str:
-    """This process as a claim records it: ``host:pid`` (read at each claim: a forked
-    child is another instance)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a claim records it: ``host:pid`` (the pid read at each claim: a
+    forked child is another instance)."""
+    return f"{HOST}:{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True)

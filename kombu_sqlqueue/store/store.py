@@ -383,9 +383,10 @@ class JobStore(TableStore):
     def release_holder(
         self, holder: str, *, queue: str | None = None, instance: str | None = None
     ) -> int:
-        """Hand back the reservations signed ``holder`` (of ``queue``; of the process
-        ``instance``): ready now, attempts kept, their holder's late settlements stale.
-        Live holds too: the caller decides the holder is gone. Returns how many."""
+        """Hand back the live reservations signed ``holder`` (of ``queue``; of the process
+        ``instance``) as if their visibility timeout ran out now: the next claim takes them
+        as lapsed (redelivered, attempts counted) and the old holder's settlements are stale
+        from then on. Live holders too: the caller decides the holder is gone. How many."""
         params: dict[str, Any] = {"holder": holder, "now": self._now()}
         query = self.q.job_release_holder
         if queue is not None:

@@ -40,7 +40,8 @@ def only_job_id(db_url: str) -> int:
 def test_killed_consumer_message_redelivered_after_visibility_timeout(
     spawn: Callable[..., Proc], broker_url: str, db_url: str, store: JobStore, tmp_path: Path
 ) -> None:
-    """kill -9 of a consumer holding an unacked message: B gets it after the lapse, attempts 2."""
+    """kill -9 of a consumer holding an unacked message: B gets it after the lapse, attempts 2
+    (B does not hand back A's holds at start, which the next test does)."""
     publish(spawn, broker_url, 1)
     job_id = only_job_id(db_url)
     ack_b = tmp_path / "ack-b"
@@ -56,7 +57,8 @@ def test_killed_consumer_message_redelivered_after_visibility_timeout(
     assert row is not None and row["attempts"] == 1  # still reserved by the dead consumer
 
     b = spawn("consumer-b", consumer_args(broker_url, QUEUE, "hold", "--visibility", VISIBILITY,
-                                          "--ack-file", str(ack_b)))  # fmt: skip
+                                          "--ack-file", str(ack_b),
+                                          "--no-recover-holds"))  # fmt: skip
     got_b = b.wait_event("received", timeout=20)
     # Not before the dead consumer's reservation (made just before got_a["t"]) lapsed.
     assert got_b["t"] - got_a["t"] >= float(VISIBILITY) - 0.1
@@ -72,6 +74,33 @@ def test_killed_consumer_message_redelivered_after_visibility_timeout(
     assert b.wait(timeout=10) == 0
     assert store.get_job(job_id) is None
     assert store.dead_letters() == []
+
+
+def test_a_restarted_consumer_takes_a_killed_ones_message_back_at_once(
+    spawn: Callable[..., Proc], broker_url: str, db_url: str, store: JobStore, tmp_path: Path
+) -> None:
+    """Both consumers sign as ``consumer@<host>`` (the program's name): B, starting after A
+    was killed, hands A's hold back at once (visibility 60 s) and gets it redelivered."""
+    publish(spawn, broker_url, 1)
+    job_id = only_job_id(db_url)
+    never, ack_b = tmp_path / "never", tmp_path / "ack-b"
+    a = spawn("consumer-a", consumer_args(broker_url, QUEUE, "hold", "--visibility", "60",
+                                          "--ack-file", str(never)))  # fmt: skip
+    got_a = a.wait_event("received", timeout=20)
+    a.send_signal(signal.SIGKILL)
+    assert a.wait(timeout=10) == -signal.SIGKILL
+    (held,) = store.holders()
+    assert held.holder is not None and held.holder.startswith("consumer@")
+
+    b = spawn("consumer-b", consumer_args(broker_url, QUEUE, "hold", "--visibility", "60",
+                                          "--ack-file", str(ack_b)))  # fmt: skip
+    got_b = b.wait_event("received", timeout=30)  # well inside the 60 s visibility
+    assert (got_b["job_id"], got_b["attempts"], got_b["redelivered"]) == (job_id, 2, True)
+    print(f"redelivered {got_b['t'] - got_a['t']:.2f}s after A received it")
+    ack_b.touch()
+    b.wait_event("acked", timeout=10)
+    assert b.wait(timeout=10) == 0
+    assert store.get_job(job_id) is None
 
 
 def test_stalled_consumer_ack_is_fenced_after_takeover(

@@ -375,4 +375,8 @@ def test_holds_are_shown_by_holder_and_released_by_name(
     assert released.strip() == "released 1 job(s) of queue 'default' held by billing@host-1"
     (row,) = json.loads(ok(cli("stats", url, *lay, "--json")))
     assert (row["ready"], row["reserved"], row["holders"]) == (3, 0, {})
+    table.sign("billing@host-2", recover=False)
+    again = table.pop("default", 300)
+    assert again is not None and again.id == held.id and again.attempts == 2
     assert not table.delete(held)  # the released holder's late ack changes nothing
+    assert table.delete(again)

@@ -278,31 +278,25 @@ class Queries:
          GROUP BY queue, reserved_by, reserved_instance
         """
     )
-    # A holder's reservations handed back, live ones too: ready now, attempts kept (the
-    # holder may have run them), tokens cleared so its late settlements are stale.
+    # A holder's reservations handed back, live ones too, as if their visibility timeout
+    # ran out now: the next claim takes them as lapsed (redelivered, attempts counted), and
+    # from then on the old holder's settlements are stale.
     job_release_holder = sa.text(
         """
-        UPDATE askr_jobs
-           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
-               reserved_by = NULL, reserved_instance = NULL
-         WHERE reserved_by = :holder AND reserved_until IS NOT NULL
+        UPDATE askr_jobs SET reserved_until = :now
+         WHERE reserved_by = :holder AND reserved_until > :now
         """
     )
     job_release_holder_queue = sa.text(
         """
-        UPDATE askr_jobs
-           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
-               reserved_by = NULL, reserved_instance = NULL
-         WHERE reserved_by = :holder AND queue = :queue AND reserved_until IS NOT NULL
+        UPDATE askr_jobs SET reserved_until = :now
+         WHERE reserved_by = :holder AND queue = :queue AND reserved_until > :now
         """
     )
     job_release_instance = sa.text(
         """
-        UPDATE askr_jobs
-           SET reserved_until = NULL, reserved_token = NULL, available_at = :now,
-               reserved_by = NULL, reserved_instance = NULL
-         WHERE reserved_by = :holder AND reserved_instance = :instance
-           AND reserved_until IS NOT NULL
+        UPDATE askr_jobs SET reserved_until = :now
+         WHERE reserved_by = :holder AND reserved_instance = :instance AND reserved_until > :now
         """
     )
 

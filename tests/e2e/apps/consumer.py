@@ -47,12 +47,19 @@ def main() -> int:
     p.add_argument("--start-file", help="after 'ready', wait for this file before consuming")
     p.add_argument("--idle-exit", type=float, default=30.0)
     p.add_argument("--sleep", type=float, default=0.0, help="ack mode: seconds per message")
+    p.add_argument(
+        "--no-recover-holds",
+        action="store_true",
+        help="leave a killed consumer's holds to lapse (transport option recover_holds=False)",
+    )
     args = p.parse_args()
 
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     options: dict[str, Any] = {"visibility_timeout": args.visibility, "polling_interval": 0.05}
+    if args.no_recover_holds:
+        options["recover_holds"] = False
     if args.max_attempts is not None:
         options["queue_options"] = {args.queue: {"max_attempts": args.max_attempts}}
 
