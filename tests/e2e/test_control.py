@@ -88,7 +88,9 @@ def test_control_revoke_of_a_queued_task_reaches_both_workers_and_it_never_runs(
     app = create_app(broker_url)
     try:
         record = app.tasks["e2e.record"]
-        result = record.apply_async(("revoked",), countdown=3)
+        # The countdown outlasts the `celery control revoke` CLI's start and its reply wait on
+        # a loaded machine (seen: a 3 s countdown ran out before the revoke arrived).
+        result = record.apply_async(("revoked",), countdown=8)
         sent = time.time()
         done = celery_cli(broker_url, tmp_path, "control", "revoke", result.id, "--timeout", "5",
                           "--json")  # fmt: skip
@@ -98,7 +100,7 @@ def test_control_revoke_of_a_queued_task_reaches_both_workers_and_it_never_runs(
         assert sorted(name.split("@")[0] for name in replies) == ["alpha", "beta"]
         assert all(result.id in reply["ok"] for reply in replies.values()), replies
         # Past the countdown, a later task runs; the revoked one never did.
-        time.sleep(max(0.0, sent + 4 - time.time()))
+        time.sleep(max(0.0, sent + 9 - time.time()))
         record.delay("after")
         wait_until(lambda: "after" in ran(tmp_path), 30, what="the task sent after the revoke")
         assert "revoked" not in ran(tmp_path)
