@@ -8,6 +8,7 @@ Importable by basename: ``tests/conftest.py`` puts ``tests/`` on ``sys.path``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from support import unavailable
@@ -31,3 +32,16 @@ def sql_engine(db_url: str) -> sa.Engine:
     """An engine on a test database for raw SQL, with the package's drivers (the fixtures'
     URLs name none). The caller disposes of it."""
     return sa.create_engine(parse_store_url(db_url)[1])
+
+
+def batch_row(db_url: str, batch_id: str) -> dict[str, Any]:
+    """The ``job_batches`` row of ``batch_id``, as Laravel's tables hold it."""
+    engine = sql_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.text("SELECT * FROM job_batches WHERE id = :id"), {"id": batch_id}
+            )
+            return dict(found.one()._mapping)
+    finally:
+        engine.dispose()

@@ -12,14 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from .engines.base import Queries
+from .database import QueryRunner, StoreRunner
 from .executor import Tx
 from .model import DEFAULT_MAX_ATTEMPTS, Holding
 from .names import validate_queue_name
-
-T = TypeVar("T")
 
 #: Dead letters one retry or forget transaction moves (a large ``--all`` runs in steps).
 ADMIN_CHUNK = 500
@@ -148,16 +146,8 @@ class QueueAdmin(Protocol):
         ...
 
 
-class _Host(Protocol):
+class _Host(QueryRunner, Protocol):
     """What :class:`ContractAdmin` uses of its store (a :class:`~.store.JobStore`)."""
-
-    q: Queries
-
-    def _run(
-        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
-    ) -> T: ...
-
-    def _now(self) -> int: ...
 
     def purge(self, queue: str) -> int: ...
 
@@ -209,22 +199,14 @@ def row_ref(ref: str) -> dict[str, Any]:
     return {"id": int(ref) if ref.isdigit() and len(ref) < 19 else -1, "uuid": ref}
 
 
-class _Runner(Protocol):
-    def _run(
-        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
-    ) -> T: ...
-
-    def _now(self) -> int: ...
-
-
-def read_rows(store: _Runner, query: Any, params: Mapping[str, Any] | None = None) -> list[Any]:
+def read_rows(store: StoreRunner, query: Any, params: Mapping[str, Any] | None = None) -> list[Any]:
     """Every row of one read-only statement."""
     return store._run(
         lambda tx: list(tx.execute(query, params).fetchall()), read_only=True, single=True
     )
 
 
-def per_row(store: _Runner, ids: Sequence[int], settle: Callable[[Tx, int, int], bool]) -> int:
+def per_row(store: StoreRunner, ids: Sequence[int], settle: Callable[[Tx, int, int], bool]) -> int:
     """``settle(tx, id, now)`` for each of ``ids``, :data:`ADMIN_CHUNK` ids a transaction
     (a retry of thousands neither holds one long transaction nor pays a commit each);
     return how many it settled."""

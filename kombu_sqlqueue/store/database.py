@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -22,6 +22,7 @@ from sqlalchemy.engine import URL, make_url
 
 from ..exceptions import ConfigurationError, InvalidURL, MessageTooLarge, SchemaMismatch
 from .engines import ENGINES, BaseEngine
+from .engines.base import Queries
 from .executor import Executor, Tx
 from .schema import TableSpec
 
@@ -96,6 +97,24 @@ class Database:
     def close(self) -> None:
         """Close every pooled connection (the database stays usable: see Executor.close)."""
         self.executor.close()
+
+
+class StoreRunner(Protocol):
+    """What a helper working for a store uses of it (:class:`TableStore`'s): one
+    transaction per call, and its clock."""
+
+    def _run(
+        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
+    ) -> T: ...
+
+    def _now(self) -> int: ...
+
+
+class QueryRunner(StoreRunner, Protocol):
+    """A :class:`StoreRunner` with its engine's named statements (``q``): what the
+    topology and the operator's verbs use of a :class:`~.store.JobStore`."""
+
+    q: Queries
 
 
 class TableStore:

@@ -9,33 +9,19 @@ same transactions as its :class:`~.store.JobStore` (``store.topology``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
-from typing import Any, Protocol, TypeVar
+from collections.abc import Collection
+from typing import Any
 
-from .engines.base import Queries
+from .database import QueryRunner
 from .executor import Tx
 from .model import Route
 from .names import validate_queue_name
-
-T = TypeVar("T")
-
-
-class _Host(Protocol):
-    """What the topology uses of its store (a :class:`~.store.JobStore`)."""
-
-    q: Queries
-
-    def _run(
-        self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False
-    ) -> T: ...
-
-    def _now(self) -> int: ...
 
 
 class Topology:
     """Bindings and queue records of one :class:`~.store.JobStore`'s database."""
 
-    def __init__(self, store: _Host) -> None:
+    def __init__(self, store: QueryRunner) -> None:
         self._store = store
 
     # -- exchange bindings ---------------------------------------------------------------

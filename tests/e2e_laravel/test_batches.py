@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from laravel_harness import LaravelQueueHarness
-from laravel_support import APP_KEY, sql_engine
+from laravel_support import APP_KEY, batch_row
 
 from laravel_bridge import HandlerRegistry, Job, LaravelQueue, Worker, WorkerOptions
 from laravel_bridge.tables import JobTable
@@ -28,18 +27,6 @@ def table(queue: LaravelQueueHarness) -> Iterator[JobTable]:
     laravel = LaravelQueue(queue.db_url, "laravel", create_tables=False)
     yield laravel.table
     laravel.close()
-
-
-def batch_row(db_url: str, batch_id: str) -> dict[str, Any]:
-    engine = sql_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(
-                sa.text("SELECT * FROM job_batches WHERE id = :id"), {"id": batch_id}
-            )
-            return dict(row.one()._mapping)
-    finally:
-        engine.dispose()
 
 
 def python(

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, php_shape, same
-from laravel_support import APP_KEY
+from laravel_support import APP_KEY, batch_row
 
 from laravel_bridge import Encrypter, LaravelQueue, ModelIdentifier, Payload, PhpEnum
 from laravel_bridge.messages import from_message
@@ -449,21 +449,6 @@ def test_on_contract_v1s_table_a_job_celery_has_no_task_for_is_handed_back_for_a
     Worker(askr.table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=registry).run()
     assert ran == [theirs.uuid] and askr.size("default") == 0
     askr.close()
-
-
-def batch_row(db_url: str, batch_id: str) -> dict[str, Any]:
-    import sqlalchemy as sa
-    from laravel_support import sql_engine
-
-    engine = sql_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            found = conn.execute(
-                sa.text("SELECT * FROM job_batches WHERE id = :id"), {"id": batch_id}
-            )
-            return dict(found.one()._mapping)
-    finally:
-        engine.dispose()
 
 
 def callbacks(queue: LaravelQueueHarness) -> list[str]:
