@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from laravel_support import APP_KEY
 
 from laravel_bridge import Encrypter, HandlerRegistry, JobCommand, Payload, Worker, WorkerOptions
+from laravel_bridge.payload import PLUMBING
 from laravel_bridge.tables import LAYOUTS, open_table
 
 KNOWN = ["App\\Jobs\\Good", "App\\Jobs\\Other", "X"]
@@ -61,7 +62,10 @@ def deep_json(draw: st.DrawFn) -> bytes:
 def laravel_payloads(draw: st.DrawFn) -> bytes:
     """A real payload (as dispatch writes it), then mutated."""
     name = draw(st.sampled_from([*KNOWN, "App\\Jobs\\PhpOnly"]))
-    props = draw(st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), php_values))
+    # A job's own property names: never one of the traits' (job, queue, delay …), which
+    # JobCommand.build refuses (hypothesis found "job").
+    own_names = st.from_regex(r"[a-z]{1,6}", fullmatch=True).filter(lambda k: k not in PLUMBING)
+    props = draw(st.dictionaries(own_names, php_values))
     chained = draw(st.lists(st.sampled_from(KNOWN), max_size=2))
     command = JobCommand.build(
         name, props, chained=[JobCommand.build(c, {"n": 1}) for c in chained]
