@@ -8,8 +8,10 @@ publishing app with :func:`make_app` too, so both sides share one config.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Any
 
 from celery import Celery
 
@@ -17,7 +19,9 @@ QUEUE = "bench_celery"
 TASK_NAME = "bench.noop"
 
 
-def make_app(broker_url: str, prefetch_multiplier: int) -> Celery:
+def make_app(
+    broker_url: str, prefetch_multiplier: int, transport_options: dict[str, Any] | None = None
+) -> Celery:
     """A Celery app with no result backend, late acks and the given prefetch."""
     app = Celery("celery_bench_app", broker=broker_url, backend=None, set_as_current=False)
     app.conf.update(
@@ -36,6 +40,7 @@ def make_app(broker_url: str, prefetch_multiplier: int) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
+        broker_transport_options=transport_options or {},
     )
 
     _fd: list[int] = []
@@ -58,4 +63,5 @@ def make_app(broker_url: str, prefetch_multiplier: int) -> Celery:
 app = make_app(
     os.environ.get("BENCH_BROKER_URL", "memory://"),
     int(os.environ.get("BENCH_PREFETCH_MULTIPLIER", "8")),
+    json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS", "{}")),
 )

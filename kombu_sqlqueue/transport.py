@@ -745,6 +745,7 @@ class Transport(virtual.Transport):
                 # prefork worker whose pool is busy). The wait ends when an ack or reject
                 # frees room — not after a back-off that grew while the queues were busy.
                 limit = self.options.max_polling_interval
+                self.store.stop_waiting()  # another idle consumer is woken meanwhile
                 self.room_freed.wait(limit if timeout is None else min(limit, timeout - elapsed))
                 continue
             wait = min(
@@ -755,7 +756,10 @@ class Transport(virtual.Transport):
                 wait = min(wait, timeout - elapsed)
             self._idle_rounds = min(self._idle_rounds + 1, 32)
             consumed = {q for channel in self.channels for q in channel._active_queues}
-            if self.store.wait_for_jobs(wait, consumed or None):
+            # No-ack queues (a worker's broadcast and reply queues) are read by this
+            # consumer alone: it is woken for each of their messages, whoever else waits.
+            private = {q for channel in self.channels for q in channel._noack_queues}
+            if self.store.wait_for_jobs(wait, consumed, private & consumed):
                 self._idle_rounds = 0
 
     def _prefetch_full(self) -> bool:

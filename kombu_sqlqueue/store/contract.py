@@ -199,8 +199,15 @@ class JobContract(Protocol):
         """The raw row of one job; None if it is gone."""
         ...
 
-    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
-        """Idle up to ``seconds``; True when woken early by a job on one of ``queues``."""
+    def wait_for_jobs(
+        self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
+    ) -> bool:
+        """Idle up to ``seconds``; True when woken early by a job on one of ``queues``
+        (``private``: those only this consumer reads)."""
+        ...
+
+    def stop_waiting(self) -> None:
+        """This consumer will not wait for a while: wake another idle one meanwhile."""
         ...
 
     def close(self) -> None:

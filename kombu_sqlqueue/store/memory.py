@@ -597,7 +597,9 @@ class MemoryJobStore:
             rows = self._space.jobs.values() if queue is None else self._space.rows_of(queue)
             return [dataclasses.asdict(r) for r in sorted(rows, key=lambda r: r.id)]
 
-    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+    def wait_for_jobs(
+        self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
+    ) -> bool:
         """Idle wait: up to ``seconds``, returning early (True) when a job becomes ready on
         one of ``queues`` (any queue if None): enqueued ready, or released with no delay,
         since the last wait. (A delayed job coming due wakes nobody, as on PostgreSQL.)"""
@@ -615,6 +617,9 @@ class MemoryJobStore:
             found = s.ready.wait_for(woken, timeout=seconds)
             self._seen = s.wakeups
         return found
+
+    def stop_waiting(self) -> None:
+        """Nothing to pass on: one process, every waiter is woken."""
 
 
 class MemoryTopology:

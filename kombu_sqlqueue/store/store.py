@@ -201,8 +201,21 @@ class JobStore(TableStore):
         params = self._claim_params(queue, n, visibility)
         if n <= 0:
             return ClaimResult([])
-        result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
+        if self.q.claim_in_one_statement:
+            # The claim statement alone (one round trip); only rows that must not be
+            # handed out (past their TTL or attempts) need a transaction after it, fenced
+            # by the claim's token like any settlement.
+            rows = self._run(lambda tx: self.q.claim_rows(tx, params), single=True)
+            plain = self._plain_claim(rows, params["now"], params["token"], max_attempts)
+            if plain is not None:
+                result = ClaimResult(plain)
+            else:
+                result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, rows))
+        else:
+            result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
         result.log(logger, queue)
+        if result.jobs:
+            self.stop_waiting()
         return result
 
     def _claim_params(self, queue: str, n: int, visibility: float) -> dict[str, Any]:
@@ -218,17 +231,47 @@ class JobStore(TableStore):
             "instance": this_instance(),
         }
 
-    def _claim_in(self, tx: Tx, params: dict[str, Any], max_attempts: int | None) -> ClaimResult:
+    @staticmethod
+    def _plain_claim(
+        rows: list[Any], now: int, token: str, max_attempts: int | None
+    ) -> list[ClaimedJob] | None:
+        """The claimed jobs, in claim order, when every row may be handed out; None when a
+        row is past its TTL or its attempts (``_claim_in`` settles those)."""
+        jobs = []
+        for row in sorted(rows, key=lambda r: (-r[3], r[4], r[0])):
+            job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires = row[:9]
+            limit = claim_limit(row_limit, max_attempts)
+            if (expires is not None and expires <= now) or attempts > limit:
+                return None
+            jobs.append(
+                ClaimedJob(
+                    job_id, q, bytes(payload), priority, attempts, limit, token, uuid, row[9]
+                )
+            )
+        return jobs
+
+    def _claim_in(
+        self,
+        tx: Tx,
+        params: dict[str, Any],
+        max_attempts: int | None,
+        claimed: list[Any] | None = None,
+    ) -> ClaimResult:
+        """Claim in ``tx``, settling rows that must not be handed out; ``claimed``: the
+        rows of a first round already claimed (by ``claim``'s one statement)."""
         token, now, wanted = params["token"], params["now"], params["n"]
         jobs: list[ClaimedJob] = []
         dead = expired = 0
         # A round that met expired rows and came up short claims again: the queue may hold
         # live ones behind them. Each round is an ordinary claim (SKIP LOCKED where the
         # engine has it), so passing expired rows never blocks or deadlocks other claimers.
-        for _round in range(MAX_CLAIM_ROUNDS):
+        for round_ in range(MAX_CLAIM_ROUNDS):
             # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
             # expires_at, lapsed
-            rows = self.q.claim_rows(tx, {**params, "n": wanted - len(jobs)})
+            if round_ == 0 and claimed is not None:
+                rows = list(claimed)
+            else:
+                rows = self.q.claim_rows(tx, {**params, "n": wanted - len(jobs)})
             rows.sort(key=lambda r: (-r[3], r[4], r[0]))
             past_ttl: list[int] = []
             for row in rows:
@@ -288,6 +331,8 @@ class JobStore(TableStore):
         outcome = self._run(work)
         for result, queue in dead:
             result.log(logger, queue)
+        if outcome[1] is not None:
+            self.stop_waiting()
         return outcome
 
     def ack(self, receipt: Receipt) -> bool:
@@ -483,11 +528,15 @@ class JobStore(TableStore):
 
         return self._run(work, read_only=True, single=True)
 
-    def wait_for_jobs(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+    def wait_for_jobs(
+        self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
+    ) -> bool:
         """Idle wait: up to ``seconds``, returning early (True) when a job becomes ready on
-        one of ``queues`` (any queue if None).
+        one of ``queues``. ``private``: those of ``queues`` only this consumer reads (a reply
+        or broadcast queue), whose every enqueue wakes it.
 
-        PostgreSQL wakes on NOTIFY; other engines just sleep (they are polled).
+        PostgreSQL wakes on NOTIFY, one idle consumer of the same queues at a time
+        (``PgListener``); other engines just sleep (they are polled).
         """
         if seconds <= 0:
             return False
@@ -495,9 +544,15 @@ class JobStore(TableStore):
             self._listener_tried = True
             self._listener = self.engine.listener(self.url)
         if self._listener is not None:
-            return self._listener.wait(seconds, queues)
+            return self._listener.wait(seconds, queues, private)
         time.sleep(seconds)
         return False
+
+    def stop_waiting(self) -> None:
+        """This consumer will not wait for jobs for a while (it has work, or no room for
+        more): another idle consumer of its queues is woken meanwhile."""
+        if self._listener is not None:
+            self._listener.leave()
 
     def close(self) -> None:
         """Close every pooled connection (and the wake-up listener)."""

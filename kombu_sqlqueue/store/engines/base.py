@@ -28,10 +28,16 @@ if TYPE_CHECKING:
 class Listener:
     """Waits for "a job became ready" signals (PostgreSQL LISTEN/NOTIFY)."""
 
-    def wait(self, seconds: float, queues: Collection[str] | None = None) -> bool:
+    def wait(
+        self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
+    ) -> bool:
         """Block up to ``seconds``; True when a job became ready on one of ``queues``
-        (any queue if None), False on timeout."""
+        (among them ``private``: queues only this consumer reads), False on timeout."""
         raise NotImplementedError
+
+    def leave(self) -> None:
+        """The consumer has work now (or will not wait for a while): let another idle
+        consumer be the one woken meanwhile."""
 
     def close(self) -> None:
         """Release the listening connection."""
@@ -442,6 +448,10 @@ class Queries:
          ORDER BY priority DESC, available_at, id LIMIT :n
         """
     )
+
+    #: ``claim_rows`` is one statement, so a claim can run as that statement alone
+    #: (autocommit on a server engine: one round trip instead of BEGIN, claim, COMMIT).
+    claim_in_one_statement: ClassVar[bool] = False
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
         """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
