@@ -111,6 +111,8 @@ class Channel(virtual.Channel):
         self._auto_delete: set[str] = set()
         #: A redelivered message is delivered alone.
         self._isolation = RedeliveryIsolation(self.options.visibility_timeout)
+        #: Queues whose last claim came back short (drained) since the last idle wait.
+        self.drained: set[str] = set()
 
     # -- publishing -------------------------------------------------------------------
 
@@ -196,10 +198,15 @@ class Channel(virtual.Channel):
         limit = self.options.for_queue(queue).max_attempts
         store = self.connection.store_for(queue)
         try:
-            jobs = store.claim(queue, n, self.options.visibility_timeout, limit).jobs
+            claimed = store.claim(queue, n, self.options.visibility_timeout, limit)
         except StoreConditionError as exc:
             self.connection.report_condition(exc)
             return []
+        jobs = claimed.jobs
+        if len(jobs) + claimed.dead_lettered + claimed.expired < n:
+            self.drained.add(queue)
+        else:
+            self.drained.discard(queue)
         self.connection.condition_cleared()
         noack = queue in self._noack_queues
         held = self.connection.held
@@ -260,6 +267,10 @@ class Channel(virtual.Channel):
                 raise Empty()
             callback(buffered.popleft(), queue)
             return
+        if queue in self.drained and self.connection.wakes_on_enqueue(queue):
+            # Drained at the last claim, and a job enqueued since wakes an idle consumer
+            # (this one, or the one whose turn it is): no claim before the idle wait.
+            raise Empty()
         messages = self._claim(queue, self._batch_size(), isolate=True)
         if not messages:
             raise Empty()
@@ -759,8 +770,15 @@ class Transport(virtual.Transport):
             # No-ack queues (a worker's broadcast and reply queues) are read by this
             # consumer alone: it is woken for each of their messages, whoever else waits.
             private = {q for channel in self.channels for q in channel._noack_queues}
-            if self.store.wait_for_jobs(wait, consumed, private & consumed):
+            woken = self.store.wait_for_jobs(wait, consumed, private & consumed)
+            for channel in self.channels:
+                channel.drained.clear()  # waited: claim again (a wake-up, or a poll)
+            if woken:
                 self._idle_rounds = 0
+
+    def wakes_on_enqueue(self, queue: str) -> bool:
+        """True when a job enqueued on ``queue`` is sure to wake an idle consumer."""
+        return queue not in self.format_stores and self.store.wakes_on_enqueue()
 
     def _prefetch_full(self) -> bool:
         """True when every channel with consumers holds as many deliveries as its prefetch

@@ -206,6 +206,10 @@ class JobContract(Protocol):
         (``private``: those only this consumer reads)."""
         ...
 
+    def wakes_on_enqueue(self) -> bool:
+        """True when an enqueue is sure to end some idle consumer's wait (no poll needed)."""
+        ...
+
     def stop_waiting(self) -> None:
         """This consumer will not wait for a while: wake another idle one meanwhile."""
         ...

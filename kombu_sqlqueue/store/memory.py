@@ -618,6 +618,10 @@ class MemoryJobStore:
             self._seen = s.wakeups
         return found
 
+    def wakes_on_enqueue(self) -> bool:
+        """Always: every enqueue (and release) of a ready job counts as a wake-up."""
+        return True
+
     def stop_waiting(self) -> None:
         """Nothing to pass on: one process, every waiter is woken."""
 

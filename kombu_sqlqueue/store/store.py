@@ -548,6 +548,12 @@ class JobStore(TableStore):
         time.sleep(seconds)
         return False
 
+    def wakes_on_enqueue(self) -> bool:
+        """True when an enqueue is sure to end some idle consumer's ``wait_for_jobs``
+        (PostgreSQL's listener, connected): a consumer that found its queue drained may
+        then wait without polling it again first."""
+        return self._listener is not None and self._listener.wakes()
+
     def stop_waiting(self) -> None:
         """This consumer will not wait for jobs for a while (it has work, or no room for
         more): another idle consumer of its queues is woken meanwhile."""

@@ -39,6 +39,10 @@ class Listener:
         """The consumer has work now (or will not wait for a while): let another idle
         consumer be the one woken meanwhile."""
 
+    def wakes(self) -> bool:
+        """True while an enqueue is sure to wake an idle consumer (none is lost)."""
+        return False
+
     def close(self) -> None:
         """Release the listening connection."""
 

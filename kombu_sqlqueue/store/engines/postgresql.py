@@ -317,14 +317,20 @@ class _Session:
         import psycopg
 
         self.send(sql)
+        self.finish(timeout)
+        if self.error is not None:
+            raise psycopg.OperationalError(f"{sql[:40]!r} failed: SQLSTATE {self.error}")
+
+    def finish(self, timeout: float = 30.0) -> None:
+        """Read every result of the query sent (waiting for them)."""
+        import psycopg
+
         deadline = time.monotonic() + timeout
         while not self.read():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise psycopg.OperationalError(f"no answer to {sql[:40]!r} in {timeout} s")
+                raise psycopg.OperationalError(f"no answer in {timeout} s")
             select.select([self], [], [], left)
-        if self.error is not None:
-            raise psycopg.OperationalError(f"{sql[:40]!r} failed: SQLSTATE {self.error}")
 
     def notified(self) -> set[str]:
         """The channels notified since the last call (what arrived is taken in first)."""
@@ -374,7 +380,8 @@ class PgListener(Listener):
         self._direct: _Session | None = None
         self._direct_channels: frozenset[str] = frozenset()
         #: The queues the turn is for, its lock key, and where we are: "none" (not in
-        #: line), "asked" (in the server's lock queue) or "held".
+        #: line), "asked" (in the server's lock queue), "held", or "leaving" (the unlock
+        #: sent, its answer not read yet).
         self._shared: frozenset[str] = frozenset()
         self._key = 0
         self._state = "none"
@@ -412,6 +419,9 @@ class PgListener(Listener):
         channels = {channel_of(q) for q in shared}
         while True:
             turn = self._turn
+            if turn is not None and self._state == "leaving" and turn.read():
+                turn.notified()  # what came for the turn just passed on
+                self._state = "none"
             if turn is not None and self._state == "asked" and turn.read():
                 if turn.error is not None:  # the lock's wait timed out: ask again below
                     self._state = "none"
@@ -467,6 +477,11 @@ class PgListener(Listener):
         self._direct.run(added + gone)
         self._direct_channels = channels
 
+    def wakes(self) -> bool:
+        # Every shared queue's enqueue reaches the turn's holder, or the next holder's
+        # look for ready jobs; lost connections poll until they are back.
+        return not self._lost
+
     def leave(self) -> None:
         """This consumer got work (or will not wait for a while): pass the turn on."""
         if not self._lock.acquire(blocking=False):
@@ -483,6 +498,12 @@ class PgListener(Listener):
         turn = self._turn
         if turn is None or self._state == "none":
             return
+        if self._state == "leaving":
+            if reopen:
+                turn.finish()
+                turn.notified()
+                self._state = "none"
+            return
         if self._state == "asked":
             if not turn.read():  # still in line
                 if reopen:  # for other queues' turn: a new connection beats a cancel
@@ -493,9 +514,9 @@ class PgListener(Listener):
                 self._state = "none"
                 return
         # Held (or granted meanwhile): unlock, and stop listening for the shared queues.
-        turn.run(f"SELECT pg_advisory_unlock({self._key}); UNLISTEN *")
-        turn.notified()  # drop what came for the turn just passed on
-        self._state = "none"
+        # Sent, not waited for: the next wait reads the answer (the consumer has work).
+        turn.send(f"SELECT pg_advisory_unlock({self._key}); UNLISTEN *")
+        self._state = "leaving"
 
     def _close(self) -> None:
         for session in (self._turn, self._direct):
