@@ -399,6 +399,7 @@ def run_cell(env: Env, cell: Cell, timeout: float) -> Cell:
             p.start()
             procs.append(p)
         time.sleep(0.3)  # publishers connected and declared
+        pids = env.server_pids(cell.config)  # now with the backends of every client
         srv0, cli0 = cpu_seconds(pids), children_cpu()
         wall0 = time.time()
         go.set()
@@ -572,6 +573,7 @@ def run_celery(env: Env, config: str, n: int, workers: int, concurrency: int) ->
                 )
             )
         time.sleep(8)  # workers up and idle (their start-up is not the measurement)
+        pids = env.server_pids(config)  # now with the workers' backends
         srv0 = cpu_seconds(pids)
         cli0 = sum(cpu_seconds(_tree(p.pid)) for p in procs)
         wall0 = time.time()
