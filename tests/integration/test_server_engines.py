@@ -133,6 +133,86 @@ def test_synchronous_commit_applies_to_the_queues_connections(
             store.close()
 
 
+def _wait_in_threads(
+    stores: list[JobStore], seconds: float, queues: set[str], private: set[str] | None = None
+) -> tuple[list[threading.Thread], list[bool | None]]:
+    woke: list[bool | None] = [None] * len(stores)
+
+    def wait(i: int) -> None:
+        woke[i] = stores[i].wait_for_jobs(seconds, queues, private or set())
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    return threads, woke
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("engine_name", ["postgresql"])  # LISTEN/NOTIFY is PostgreSQL's
+def test_one_enqueue_wakes_one_idle_consumer_of_many(engine_name: str, db_url: str) -> None:
+    """Idle consumers of the same queue take turns to listen: an enqueue wakes one of them,
+    and once that one has work (its claim), the next enqueue wakes another."""
+    from kombu_sqlqueue.store import NewJob
+
+    waiters = [JobStore(db_url) for _ in range(4)]
+    producer = JobStore(db_url)
+    try:
+        producer.ensure_ready()
+        threads, woke = _wait_in_threads(waiters, 15, {"work"})
+        time.sleep(1.0)  # every waiter connected: one listening, three in line for the turn
+        producer.enqueue(NewJob("work", b"1"))
+        first = None
+        for _ in range(120):  # the first to wake (bounded: 12 s)
+            first = next((i for i, w in enumerate(woke) if w), None)
+            if first is not None:
+                break
+            time.sleep(0.1)
+        assert first is not None, "no idle consumer woke for the enqueue"
+        threads[first].join(5)
+        # The others stay in their wait; the woken one claims, passing its turn on.
+        assert waiters[first].claim("work", 1, 60).jobs
+        rest = [w for i, w in enumerate(waiters) if i != first]
+        producer.enqueue(NewJob("work", b"2"))
+        for t in threads:
+            t.join(40)
+        assert sum(1 for w in woke if w) == 2  # one per enqueue: the first, then one other
+        assert woke[first] is True
+        # Nothing left waiting; the second job is there for whoever woke.
+        woken_second = [w for i, w in enumerate(waiters) if i != first and woke[i]]
+        assert len(woken_second) == 1 and woken_second[0] in rest
+        assert woken_second[0].claim("work", 1, 60).jobs
+    finally:
+        for store in [*waiters, producer]:
+            store.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine_name", ["postgresql"])
+def test_a_private_queue_wakes_its_consumer_whoever_listens_for_the_shared_ones(
+    engine_name: str, db_url: str
+) -> None:
+    """A no-ack queue only one consumer reads (a pidbox) wakes it even while another
+    consumer holds the turn for the shared queue."""
+    from kombu_sqlqueue.store import NewJob
+
+    holder, other, producer = JobStore(db_url), JobStore(db_url), JobStore(db_url)
+    try:
+        producer.ensure_ready()
+        holder.wait_for_jobs(0.5, {"work"})  # takes the turn (nobody else in line)
+        threads, woke = _wait_in_threads([holder], 6, {"work"})
+        time.sleep(0.3)
+        t2, woke2 = _wait_in_threads([other], 30, {"work", "mine.pidbox"}, {"mine.pidbox"})
+        time.sleep(1.0)  # other: LISTENing on its own queue, in line for the shared one
+        producer.enqueue(NewJob("mine.pidbox", b"x"))
+        t2[0].join(40)
+        assert woke2 == [True]
+        threads[0].join(10)
+        assert woke == [False]  # the holder: no job on its queue
+    finally:
+        for store in (holder, other, producer):
+            store.close()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("engine_name", ["postgresql"])  # LISTEN/NOTIFY is PostgreSQL's
 def test_wake_ups_are_for_the_consumers_queues_only(engine_name: str, db_url: str) -> None:
