@@ -1,7 +1,7 @@
 """Laravel and Python on one queue: Laravel's payloads, a worker for Laravel jobs, dispatch.
 
-PHP's serialize format and Laravel's job JSON (:mod:`.payload`), a worker that
-runs Laravel jobs with Python handlers (:mod:`.worker`, ``laravel-bridge work``)
+PHP's serialize format and Laravel's job JSON (``laravel_bridge.payload``), a worker that
+runs Laravel jobs with Python handlers (``laravel_bridge.worker``, ``laravel-bridge work``)
 and :class:`LaravelQueue` to dispatch jobs Laravel's worker runs, over
 Laravel's ``jobs`` table or contract v1's. Kombu is not needed to use it.
 """

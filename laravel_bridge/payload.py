@@ -7,7 +7,7 @@ Parsing keeps every key, known or not, so a payload re-encodes untouched.
 
 Limits (each refused with a named :class:`~laravel_bridge.exceptions.PayloadError`,
 never a ``RecursionError`` or ``MemoryError`` from deep inside a parser):
-:data:`MAX_PAYLOAD_BYTES` for the stored payload, :data:`MAX_JSON_DEPTH` for its
+:data:`MAX_PAYLOAD_BYTES` for the stored payload, ``MAX_JSON_DEPTH`` for its
 JSON nesting, :data:`MAX_COMMAND_DEPTH` for the PHP nesting of its command.
 """
 
@@ -244,7 +244,7 @@ def _rebuild(
 ) -> Any:
     """Copy the nested values ``is_branch`` accepts (lists, tuples and dicts as lists and dicts,
     a :class:`PhpObject` as a new one of its class), applying ``leaf`` to every other value.
-    Iterative: nesting past ``max_depth`` (a cycle included) raises :class:`PayloadTooDeep`,
+    Iterative: nesting past ``max_depth`` (a cycle included) raises :class:`.PayloadTooDeep`,
     never ``RecursionError``."""
     if not is_branch(value):
         return leaf(value)
@@ -323,7 +323,7 @@ def to_python(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
     """A friendlier view of a PHP value: dates → ``datetime``, models → ``ModelIdentifier``.
 
     Lists and dicts are copied (objects are not descended into); nesting past
-    ``max_depth`` raises :class:`PayloadTooDeep`.
+    ``max_depth`` raises :class:`.PayloadTooDeep`.
     """
     return _rebuild(value, _python_leaf, _is_array, max_depth)
 
@@ -339,7 +339,7 @@ def to_php(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
     """The PHP value for a Python one: ``datetime`` → Carbon, ``ModelIdentifier`` → its object.
 
     Tuples become lists; nesting past ``max_depth`` (or a list holding itself)
-    raises :class:`PayloadTooDeep`.
+    raises :class:`.PayloadTooDeep`.
     """
     return _rebuild(value, _php_leaf, _is_array_or_tuple, max_depth)
 
@@ -394,7 +394,7 @@ class JobCommand:
     @classmethod
     def loads(cls, data: bytes | str, *, max_depth: int = MAX_COMMAND_DEPTH) -> JobCommand:
         """Decode a serialized command; raise :class:`PayloadError` if it is not an object
-        (:class:`PayloadTooDeep` when it nests deeper than ``max_depth``)."""
+        (:class:`.PayloadTooDeep` when it nests deeper than ``max_depth``)."""
         if not isinstance(data, (bytes, str)):
             raise PayloadError(f"a serialized command is a string, not a {type(data).__name__}")
         try:
@@ -411,7 +411,7 @@ class JobCommand:
         return cls(value)
 
     def dumps(self, *, max_depth: int = MAX_COMMAND_DEPTH) -> bytes:
-        """The command as PHP ``serialize()`` writes it; :class:`PayloadTooDeep` past
+        """The command as PHP ``serialize()`` writes it; :class:`.PayloadTooDeep` past
         ``max_depth``."""
         return php_serialize.dumps(self.obj, max_depth=max_depth)
 
@@ -484,8 +484,8 @@ class Payload:
     @classmethod
     def parse(cls, raw: str | bytes, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> Payload:
         """Parse a ``payload`` column (text, or the bytes a BLOB holds); :class:`PayloadError`
-        says what is wrong: too large (:class:`PayloadTooLarge`), not UTF-8, nested deeper
-        than :data:`MAX_JSON_DEPTH` (:class:`PayloadTooDeep`), not JSON, not an object, no
+        says what is wrong: too large (:class:`.PayloadTooLarge`), not UTF-8, nested deeper
+        than ``MAX_JSON_DEPTH`` (:class:`.PayloadTooDeep`), not JSON, not an object, no
         ``job``. Checked in that order, each before the work that could not bear it."""
         if not isinstance(raw, (str, bytes)):
             raise PayloadError(f"payload is a {type(raw).__name__}, not text")

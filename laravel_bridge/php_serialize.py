@@ -18,12 +18,12 @@ Value mapping (PHP → Python):
 
 The decoder never instantiates a Python class named by the input, never
 recurses (nesting is bounded by ``max_depth``, PHP's own
-``unserialize_max_depth`` default; past it :class:`PayloadTooDeep`, a
+``unserialize_max_depth`` default; past it :class:`.PayloadTooDeep`, a
 :class:`PhpSerializeError`), and reads no length it has not checked
 against the input, so memory stays bounded by the input's size. Every
 malformed input raises :class:`PhpSerializeError` with the byte offset.
 The encoder does not recurse either, and refuses nesting past ``max_depth``
-with the same :class:`PayloadTooDeep`. (Laravel's jobs are read with a much
+with the same :class:`.PayloadTooDeep`. (Laravel's jobs are read with a much
 lower limit: :data:`laravel_bridge.payload.MAX_COMMAND_DEPTH`.)
 """
 
@@ -447,7 +447,7 @@ def _float(raw: bytes) -> float | None:
 
 def loads(data: bytes | bytearray | memoryview | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """Decode PHP ``serialize()`` output. Raises :class:`PhpSerializeError` on bad input
-    (:class:`PayloadTooDeep` past ``max_depth``)."""
+    (:class:`.PayloadTooDeep` past ``max_depth``)."""
     if isinstance(data, str):
         try:  # bytes that are not UTF-8 travel in a str as surrogate escapes
             data = data.encode("utf-8", "surrogateescape")
@@ -543,7 +543,7 @@ def _array_items(array: dict[Any, Any]) -> Iterator[tuple[Any, Any]]:
 
 def dumps(value: Any, *, max_depth: int = DEFAULT_MAX_DEPTH) -> bytes:
     """Encode ``value`` as PHP ``serialize()`` would. Raises :class:`PhpSerializeError`
-    (:class:`PayloadTooDeep` for nesting past ``max_depth``, a cycle included).
+    (:class:`.PayloadTooDeep` for nesting past ``max_depth``, a cycle included).
 
     Objects met again are written as ``r:`` (same Python object), enum cases
     met again as ``r:`` (equal cases: PHP enum cases are singletons), and a

@@ -24,7 +24,7 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
    attempt (the payload's list, else ``--backoff``).
 
 A job no handler here knows is handed back for another worker (``unknown_jobs``,
-``unknown_delay``): see :meth:`Worker._unknown` for how that stays out of a loop.
+``unknown_delay``): see ``Worker._unknown`` for how that stays out of a loop.
 
 Safety cap: a job that fails on its ``attempts_cap``-th attempt (255, what
 Laravel's ``jobs.attempts`` column holds) is failed instead of released,
@@ -89,7 +89,7 @@ logger.addFilter(_escape_record)
 UnknownJobPolicy = Literal["release", "fail"]
 ClaimPolicy = Literal["handled", "all"]
 
-#: The least delay an unknown job is released with (see :meth:`Worker._unknown`).
+#: The least delay an unknown job is released with (see ``Worker._unknown``).
 MIN_UNKNOWN_DELAY = 1.0
 #: How many unknown jobs a worker remembers having released (oldest forgotten first).
 UNKNOWN_MEMORY = 4096
@@ -145,7 +145,7 @@ class WorkerOptions:
     #: Laravel's ``job_batches`` table (``queue.batching.table``) in the queue's database: a
     #: batched job Python runs, skips (its batch was cancelled) or fails is recorded there as
     #: Laravel's ``DatabaseBatchRepository`` would, and the batch's then/catch/finally
-    #: callbacks are handed to PHP as a queued closure (see :mod:`laravel_bridge.batches`).
+    #: callbacks are handed to PHP as a queued closure (see ``laravel_bridge.batches``).
     #: None: batches are not recorded (a batched job is then warned about once per batch).
     batches_table: str | None = "job_batches"
     #: The lock table of Laravel's ``database`` cache store (``cache_locks``) in the queue's
@@ -161,7 +161,7 @@ class WorkerOptions:
     #: ``APP_NAME`` + ``_cache``), the start of every lock key in that table.
     cache_prefix: str = "laravel_cache"
     #: A job whose class has no handler: ``release`` it (attempt refunded) after
-    #: ``unknown_delay`` seconds (at least :data:`MIN_UNKNOWN_DELAY`), for another worker
+    #: ``unknown_delay`` seconds (at least ``MIN_UNKNOWN_DELAY``), for another worker
     #: that knows it, or ``fail`` it.
     unknown_jobs: UnknownJobPolicy = "release"
     unknown_delay: float = 60.0
@@ -331,7 +331,7 @@ class Worker:
         A job this worker already released as unknown, found again, is handed back and
         the sweep goes on to the jobs behind it, on this queue and the next: when it
         finds only such jobs it counts as none found, so ``stop_when_empty`` stops and the
-        loop idles ``sleep`` (see :meth:`_unknown`).
+        loop idles ``sleep`` (see ``Worker._unknown``).
         """
         # Bounded: each turn that comes back False handed back a job remembered as unknown.
         for _turn in range(len(self._released_unknown) + 1):
@@ -822,7 +822,7 @@ class Worker:
         ``DatabaseQueue::deleteAndRelease``) deletes the row and inserts it again, so it
         queues behind every waiting job; a Python worker adds two rules:
 
-        * the delay is at least :data:`MIN_UNKNOWN_DELAY` (1 s): ``available_at`` holds
+        * the delay is at least ``MIN_UNKNOWN_DELAY`` (1 s): ``available_at`` holds
           whole seconds, and contract v1's claim orders by ``available_at`` then id, so
           a delay of 0 could leave the job in front of jobs that became ready in the
           same second; 1 s puts it behind every job ready now on both layouts;

@@ -1,0 +1,59 @@
+"""Sphinx configuration of the documentation site (``scripts/docs`` builds it into ``site/``).
+
+The pages are Markdown read by MyST, so they read the same on the repository; the API
+reference comes from the docstrings, which are reStructuredText (``:class:`` roles) for autodoc.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kombu_sqlqueue import __version__  # noqa: E402
+
+project = "kombu-sqlqueue"
+author = "the kombu-sqlqueue developers"
+copyright = "2026, the kombu-sqlqueue developers"
+release = __version__
+version = __version__
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx_copybutton",
+    "sphinxcontrib.mermaid",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "*.json"]
+
+# Markdown: links to headings (`semantics.md#bad-rows`) resolve like GitHub's anchors.
+myst_heading_anchors = 4
+myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
+# ```mermaid blocks (the state diagram in semantics.md) become diagrams, drawn in the page.
+myst_fence_as_directive = ["mermaid"]
+
+# Every cross-reference must resolve (`-n`), except to libraries whose inventories we
+# cannot fetch at build time (no intersphinx: CI reaches package registries only).
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(sqlalchemy|sa|kombu|celery|click|prometheus_client|psycopg|pymysql)(\..*)?"),
+    (r"py:.*", r"(typing|collections|datetime|decimal|enum|pathlib|threading|random|re)\..*"),
+    # Internal tables and stores that public signatures name; they are not public API.
+    (r"py:class", r"Database|memory\..*|laravel_bridge\.laravel_tables\..*"),
+    # Type aliases and type variables: autodoc shows their names, they have no page.
+    (r"py:.*", r"(laravel_bridge\.handlers\.)?(F|Handler|UniqueId)"),
+]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+
+html_theme = "furo"
+html_title = f"kombu-sqlqueue {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
