@@ -66,6 +66,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import bench_claim_depth  # noqa: E402
 import bench_transports as bt  # noqa: E402
 import servers  # noqa: E402
+from scale_plot import plot, plot_file  # noqa: E402
 
 CONFIGS = ("pg_async", "pg", "mariadb_async", "mariadb", "redis")
 OURS = ("pg_async", "pg", "mariadb_async", "mariadb")
@@ -775,56 +776,6 @@ def run_depth(env: Env, depth: int, consumers: int, drain: int, prefetch: int) -
         _stop(procs)
 
 
-# -- the plot -----------------------------------------------------------------------------------
-
-
-def plot(report: dict[str, Any], path: Path) -> None:
-    """Throughput against N per config (prefetch 4, one publisher), Redis beside it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = [Cell(**{k: v for k, v in c.items() if k != "key"}) for c in report["cells"]]
-    prefetches = sorted({c.prefetch for c in cells})
-    fig, axes = plt.subplots(1, len(prefetches), figsize=(5 * len(prefetches), 4), sharey=True)
-    if len(prefetches) == 1:
-        axes = [axes]
-    styles = {
-        "pg_async": ("tab:blue", "-"),
-        "pg": ("tab:blue", "--"),
-        "mariadb_async": ("tab:orange", "-"),
-        "mariadb": ("tab:orange", "--"),
-        "redis": ("tab:red", ":"),
-    }
-    for ax, prefetch in zip(axes, prefetches, strict=True):
-        for config in report["configs"]:
-            points = sorted(
-                (c.consumers, c.rate)
-                for c in cells
-                if c.config == config
-                and c.prefetch == prefetch
-                and c.publishers == 1
-                and c.rate == c.rate
-            )
-            if points:
-                color, style = styles.get(config, ("gray", "-"))
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, style, color=color, marker="o", label=config)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 2, 4, 8, 16, 32], labels=["1", "2", "4", "8", "16", "32"])
-        ax.set_xlabel("consumer processes")
-        ax.set_title(f"prefetch {prefetch}, 1 publisher")
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("messages/s, end to end")
-    axes[-1].legend(fontsize=8)
-    fig.suptitle(f"{report['machine']} — commit {report['commit']} ({report['date']})", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"plot written to {path}")
-
-
 # -- driver -------------------------------------------------------------------------------------
 
 
@@ -869,7 +820,8 @@ def _raise_on_sigterm(signum: int, _frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.plot_only:
-        plot(json.loads(args.plot_only.read_text()), Path(args.plot))
+        plot_file(args.plot_only, Path(args.plot))
+        print(f"plot written to {args.plot}")
         return 0
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -940,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report written to {args.json}")
     if "cells" in report and args.plot:
         plot(report, Path(args.plot))
+        print(f"plot written to {args.plot}")
     print(f"total {report['seconds']:.0f} s")
     return 0
 

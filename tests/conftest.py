@@ -79,6 +79,16 @@ def db_server(engine_name: str) -> servers.Server:
 
 
 @pytest.fixture
+def redis_url() -> str:
+    """An empty database of the session's throwaway Redis (the broker a migration leaves)."""
+    import redis
+
+    url = server_for("redis").url("0")
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture
 def broker_url(db_url: str) -> str:
     """Kombu/Celery broker URL for the same database."""
     return f"sqlqueue+{db_url}"

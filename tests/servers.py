@@ -1,8 +1,9 @@
-"""Throwaway PostgreSQL and MariaDB servers for the tests and benchmarks.
+"""Throwaway PostgreSQL, MariaDB and Redis servers for the tests and benchmarks.
 
 Each server gets a fresh data directory under a temporary folder and a free
 port on 127.0.0.1, and is stopped (and its directory removed) by ``stop()``.
-Debian's binaries are used (``postgresql``, ``mariadb-server``); as root,
+Debian's binaries are used (``postgresql``, ``mariadb-server``, ``redis-server``: the
+broker users migrate from, for the migration tests); as root,
 PostgreSQL runs as the ``postgres`` user (it refuses to run as root).
 """
 
@@ -65,6 +66,8 @@ class Server:
         """SQLAlchemy URL (no driver) of ``database`` on this server."""
         if self.engine == "postgresql":
             return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        if self.engine == "redis":  # a database number
+            return f"redis://127.0.0.1:{self.port}/{database}"
         return f"mysql://root@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, name: str) -> str:
@@ -175,4 +178,22 @@ def start_mariadb() -> Server:
     return Server("mysql", port, root, proc, f"mysql+pymysql://root@127.0.0.1:{port}/mysql")
 
 
-STARTERS = {"postgresql": start_postgresql, "mysql": start_mariadb}
+def start_redis() -> Server:
+    """Redis with persistence off: the old broker a migration drains (never ours to test)."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        raise ServerUnavailable("Redis is not installed (apt-get install redis-server)")
+    root = Path(tempfile.mkdtemp(prefix="sqlqueue-redis-"))
+    log = root / "server.log"
+    port = free_port()
+    cmd = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", str(root), "--daemonize", "no",
+    ]  # fmt: skip
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    _wait_port(port, proc, log)
+    return Server("redis", port, root, proc, f"redis://127.0.0.1:{port}/0")
+
+
+STARTERS = {"postgresql": start_postgresql, "mysql": start_mariadb, "redis": start_redis}

@@ -653,6 +653,127 @@ def sweep(url: str, retention: float) -> None:
         store.close()
 
 
+def _option_pairs(
+    _ctx: click.Context | None, _param: object, values: tuple[str, ...]
+) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a VALUE that reads as JSON (numbers, true, lists) is taken as such."""
+    found: dict[str, Any] = {}
+    for pair in values:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE")
+        try:
+            found[key] = json.loads(raw)
+        except ValueError:
+            found[key] = raw
+    return found
+
+
+@main.command()
+@click.argument("source")
+@click.argument("url")
+@click.argument("queues", nargs=-1, required=True)
+@click.option("--check", is_flag=True, help="Only count what the source still holds.")
+@click.option("--limit", type=int, default=None, help="At most this many per queue.")
+@click.option(
+    "--restore-unacked",
+    is_flag=True,
+    help="Redis: first put back what killed workers left unacknowledged (no old worker alive).",
+)
+@click.option(
+    "--source-option",
+    "source_options",
+    multiple=True,
+    callback=_option_pairs,
+    metavar="KEY=VALUE",
+    help="The old broker's transport option (Redis: priority_steps, sep, global_keyprefix).",
+)
+@click.option(
+    "--priority-order",
+    type=click.Choice(["high_first", "low_first"]),
+    default=None,
+    help="Ours, as the app sets it (a message's priority is stored as it is written).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@click.option("-q", "--quiet", is_flag=True, help="No line per message, only the totals.")
+def move(
+    source: str,
+    url: str,
+    queues: tuple[str, ...],
+    check: bool,
+    limit: int | None,
+    restore_unacked: bool,
+    source_options: dict[str, Any],
+    priority_order: str | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Move the messages waiting on another broker's QUEUES into this one.
+
+    SOURCE is any Kombu URL (redis://host:6379/0, amqp://…); URL is this queue's. Each message
+    is published here before it is acknowledged there: none is lost, and one in flight when
+    the command is interrupted may be moved twice. Messages a running worker holds stay at
+    the source: stop the old workers first (docs/migrating-from-redis.md). --check counts
+    what is left, per queue and (Redis) unacknowledged.
+    """
+    from kombu.exceptions import OperationalError
+
+    try:
+        _move(source, url, queues, check, limit, restore_unacked, source_options,
+              priority_order, as_json, quiet)  # fmt: skip
+    except OperationalError as exc:  # a broker that does not answer: one line, as our errors
+        click.echo(f"error: cannot reach the broker: {exc}", err=True)
+        sys.exit(2)
+
+
+def _move(
+    source: str,
+    url: str,
+    queues: tuple[str, ...],
+    check: bool,
+    limit: int | None,
+    restore_unacked: bool,
+    source_options: dict[str, Any],
+    priority_order: str | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    from kombu_sqlqueue.moving import count_waiting, move_messages
+
+    if check:
+        waiting = count_waiting(source, queues, source_options=source_options)
+        if as_json:
+            click.echo(json.dumps({"queues": waiting.queues, "unacked": waiting.unacked}))
+            return
+        for queue, count in waiting.queues.items():
+            click.echo(f"{queue}: {count} waiting")
+        if waiting.unacked is not None:
+            click.echo(f"unacked: {waiting.unacked} (delivered to a worker, not acknowledged)")
+        return
+
+    def progress(queue: str, message: Any) -> None:
+        if not quiet and not as_json:
+            task = (message.headers or {}).get("task") or "-"
+            task_id = (message.headers or {}).get("id") or "-"
+            click.echo(f"moved {queue}: {_safe(task)} {_safe(task_id)}")
+
+    moved = move_messages(
+        source,
+        url,
+        queues,
+        limit=limit,
+        on_message=progress,
+        source_options=source_options,
+        dest_options={"priority_order": priority_order} if priority_order else None,
+        restore_unacked=restore_unacked,
+    )
+    if as_json:
+        click.echo(json.dumps({m.queue: m.moved for m in moved}))
+        return
+    for m in moved:
+        click.echo(f"{m.queue}: {m.moved} moved")
+
+
 def run() -> None:
     """Entry point: our errors (and the bridge's) become one clear line and exit status 2."""
     from laravel_bridge.exceptions import LaravelBridgeError

@@ -1,5 +1,7 @@
 """JSON views: one enqueues a task, the others read what the worker wrote, through the ORM."""
 
+from celery.utils import uuid
+from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.csrf import csrf_exempt
@@ -13,12 +15,17 @@ from .tasks import compute_total
 @csrf_exempt  # an API endpoint for the example's client; keep CSRF on for browser forms
 @require_POST
 def create_order(request: HttpRequest) -> JsonResponse:
-    order = Order.objects.create(
-        quantity=int(request.POST["quantity"]),
-        unit_price_cents=int(request.POST["unit_price_cents"]),
-    )
-    result = compute_total.delay(order.pk)
-    return JsonResponse({"order_id": order.pk, "task_id": result.id}, status=202)
+    task_id = uuid()
+    with transaction.atomic():
+        order = Order.objects.create(
+            quantity=int(request.POST["quantity"]),
+            unit_price_cents=int(request.POST["unit_price_cents"]),
+        )
+        # The broker writes on a connection of its own: enqueue once the order is committed,
+        # or a fast worker looks for an order that is not there yet (and a rollback would
+        # leave a task for an order that never existed). The id is chosen now to return it.
+        transaction.on_commit(lambda: compute_total.apply_async((order.pk,), task_id=task_id))
+    return JsonResponse({"order_id": order.pk, "task_id": task_id}, status=202)
 
 
 @require_GET
