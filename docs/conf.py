@@ -54,8 +54,11 @@ nitpick_ignore_regex = [
 ]
 
 autodoc_member_order = "bysource"
+# Types in the signature; a parameter's line in the description only where a docstring
+# documents it (a dataclass's fields are documented one by one below its signature).
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_typehints_description_target = "documented"
+autodoc_default_options = {"members": True}
 
 html_theme = "furo"
 html_title = f"kombu-sqlqueue {release}"
