@@ -78,10 +78,7 @@ def count_waiting(
     names = _check_arguments(queues)
     with _connect(source_url, source_options) as source:
         channel = source.default_channel
-        counts = {
-            name: int(Queue(name)(channel).queue_declare(passive=True).message_count)
-            for name in names
-        }
+        counts = {name: _waiting(channel, name) for name in names}
         unacked_key = getattr(channel, "unacked_key", None)
         unacked = int(channel.client.hlen(unacked_key)) if unacked_key else None
     return Waiting(counts, unacked)
@@ -139,6 +136,15 @@ def move_messages(
                     on_message(name, message)
             results.append(Moved(name, moved))
     return results
+
+
+def _waiting(channel: Any, name: str) -> int:
+    """Messages waiting on ``name``; 0 for a queue the source does not know (Redis drops an
+    emptied list, and a passive declare of a missing queue is a channel error)."""
+    try:
+        return int(Queue(name)(channel).queue_declare(passive=True).message_count)
+    except channel.connection.channel_errors:
+        return 0
 
 
 def _restore_unacked(source_url: str, source_options: Mapping[str, Any]) -> None:

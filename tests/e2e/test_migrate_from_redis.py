@@ -75,6 +75,10 @@ def test_celery_migrate_moves_a_redis_backlog_and_a_worker_runs_it_once(
     assert moved.stdout.endswith("e2e: 17 moved\n")
     assert sum(r.llen(k) for k in waiting_lists) == 0  # acked in Redis: nothing left behind
     assert not r.hlen("unacked")  # and nothing held back in its unacked hash
+    counted = subprocess.run(
+        [*cli, QUEUE, "--check", "--json"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(counted.stdout) == {"queues": {QUEUE: 0}, "unacked": 0}  # Redis: gone
 
     worker = spawn(
         "worker",

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from kombu import Connection, Queue
 
 from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName
-from kombu_sqlqueue.moving import move_messages
+from kombu_sqlqueue.moving import count_waiting, move_messages
 from kombu_sqlqueue.ops.cli import main
 
 
@@ -103,3 +103,12 @@ def test_the_cli_verb_prints_each_message_and_the_totals(source: str) -> None:
     assert done.output == "moved work: app.add abc\nwork: 1 moved\n"
     done = CliRunner().invoke(main, ["move", source, dest, "work", "--json"])
     assert done.output == '{"work": 0}\n'
+
+
+def test_check_counts_waiting_messages_and_an_unknown_queue_as_zero(source: str) -> None:
+    with Connection(source) as old:
+        for i in range(3):
+            old.Producer().publish([[i], {}, {}], routing_key="work", declare=[Queue("work")])
+    waiting = count_waiting(source, ["work", "never-used"])
+    assert waiting.queues == {"work": 3, "never-used": 0}
+    assert waiting.unacked is None  # memory:// keeps no unacked record; Redis does
