@@ -696,18 +696,7 @@ def _option_pairs(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per message, only the totals.")
-def move(
-    source: str,
-    url: str,
-    queues: tuple[str, ...],
-    check: bool,
-    limit: int | None,
-    restore_unacked: bool,
-    source_options: dict[str, Any],
-    priority_order: str | None,
-    as_json: bool,
-    quiet: bool,
-) -> None:
+def move(**kw: Any) -> None:
     """Move the messages waiting on another broker's QUEUES into this one.
 
     SOURCE is any Kombu URL (redis://host:6379/0, amqp://…); URL is this queue's. Each message
@@ -719,8 +708,7 @@ def move(
     from kombu.exceptions import OperationalError
 
     try:
-        _move(source, url, queues, check, limit, restore_unacked, source_options,
-              priority_order, as_json, quiet)  # fmt: skip
+        _move(**kw)
     except OperationalError as exc:  # a broker that does not answer: one line, as our errors
         click.echo(f"error: cannot reach the broker: {exc}", err=True)
         sys.exit(2)
