@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers  # noqa: E402  (tests/servers.py: throwaway PostgreSQL and MariaDB)
+from progress import Progress  # noqa: E402  (tests/progress.py: a long run's progress lines)
 from servers import in_ci  # noqa: E402
 from support import ENGINES, unavailable  # noqa: E402
 
@@ -48,6 +49,11 @@ def server_for(engine: str) -> servers.Server:
     if isinstance(found, BaseException):
         unavailable(f"{engine} server unavailable: {found}")
     return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the process the reports reach (xdist: controller)
+        config.pluginmanager.register(Progress(config), "kombu_sqlqueue_progress")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

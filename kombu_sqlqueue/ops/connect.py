@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..exceptions import ConfigurationError, DatabaseMissing, InvalidURL
+from ..exceptions import ConfigurationError, DatabaseMissing
 from ..store import JobStore, StoreOptions, parse_store_url
 from ..store.admin import QueueAdmin
 
@@ -20,14 +20,7 @@ def store_url(url: str, *, must_exist: bool = True) -> str:
     or a database this package does not serve; :class:`DatabaseMissing` for an SQLite file
     that does not exist, unless not ``must_exist`` (``create-tables`` makes it)."""
     url = url.strip()
-    if url.startswith(_PREFIX):
-        url = url[len(_PREFIX) :]
-    elif url.split("://", 1)[0] == "sqlqueue":
-        raise InvalidURL(
-            f"{url!r} names no database: write sqlqueue+<database-url>, e.g. "
-            "sqlqueue+sqlite:///queue.db, sqlqueue+postgresql://user@host/db or "
-            "sqlqueue+mysql://user@host/db"
-        )
+    url = url.removeprefix(_PREFIX)
     engine_cls, parsed = parse_store_url(url)
     if engine_cls.name == "sqlite" and must_exist:
         path = parsed.database or ""

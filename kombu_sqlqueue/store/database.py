@@ -55,18 +55,52 @@ class StoreOptions:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
 
 
+#: The broker URL's scheme: ``sqlqueue+<database-url>``.
+BROKER_PREFIX = "sqlqueue+"
+
+
+def suggested_url(url: str) -> str | None:
+    """The broker URL someone who wrote ``url`` most likely meant, when it is almost one:
+    a bare SQLite file path (``/tmp/q.db`` → ``sqlqueue+sqlite:////tmp/q.db``), or
+    ``sqlqueue://`` without its database (``sqlqueue:///q.db`` → ``sqlqueue+sqlite:///q.db``).
+    None when nothing is near."""
+    if "://" not in url:
+        path = url.removeprefix(BROKER_PREFIX)
+        if path and not path.startswith(("-", ":")) and not any(c.isspace() for c in path):
+            return f"{BROKER_PREFIX}sqlite:///{path}"
+        return None
+    scheme, rest = url.split("://", 1)
+    if scheme == "sqlqueue" and rest.startswith("/") and len(rest) > 1:
+        return f"{BROKER_PREFIX}sqlite://{rest}"
+    return None
+
+
+def did_you_mean(url: str) -> str:
+    """``"; did you mean …?"`` for :func:`suggested_url`, or nothing."""
+    suggestion = suggested_url(url)
+    return f"; did you mean {suggestion}?" if suggestion else ""
+
+
 def parse_store_url(url: str) -> tuple[type[BaseEngine], URL]:
     """Split a store URL (``sqlite:///queue.db``) into its engine class and SQLAlchemy URL."""
+    if url.split("://", 1)[0] == "sqlqueue":  # the broker's scheme with no database after it
+        raise InvalidURL(
+            f"{url!r} names no database: write sqlqueue+<database-url>, e.g. "
+            "sqlqueue+sqlite:///queue.db, sqlqueue+postgresql://user@host/db or "
+            f"sqlqueue+mysql://user@host/db{did_you_mean(url)}"
+        )
     try:
         parsed = make_url(url)
     except (sa_exc.ArgumentError, ValueError) as exc:
-        raise InvalidURL(f"cannot parse database URL {url!r}: {exc}") from exc
+        hint = did_you_mean(url) or " (e.g. sqlqueue+sqlite:///queue.db)"
+        raise InvalidURL(f"cannot parse database URL {url!r}: {exc}{hint}") from exc
     scheme = parsed.get_backend_name()
     engine_cls = ENGINES.get(scheme)
     if engine_cls is None:
+        hint = did_you_mean(url) or " (e.g. sqlqueue+sqlite:///queue.db)"
         raise InvalidURL(
             f"database {scheme!r} in {url!r} is not supported; "
-            f"supported: {', '.join(sorted(ENGINES))} (e.g. sqlqueue+sqlite:///queue.db)"
+            f"supported: {', '.join(sorted(ENGINES))}{hint}"
         )
     return engine_cls, engine_cls().normalize_url(parsed)
 

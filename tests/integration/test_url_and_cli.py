@@ -31,6 +31,31 @@ def test_broker_url_resolves_without_importing_the_package(broker_url: str, tmp_
     assert done.stdout.strip() == "kombu_sqlqueue.transport"
 
 
+@pytest.mark.parametrize(
+    ("broker", "meant"),
+    [
+        ("sqlqueue:///q.db", "did you mean sqlqueue+sqlite:///q.db?"),
+        ("sqlqueue:////srv/q.db", "did you mean sqlqueue+sqlite:////srv/q.db?"),
+        ("sqlqueue+sqlite://srv/q.db", "did you mean sqlqueue+sqlite:////srv/q.db (absolute)"),
+    ],
+)
+def test_a_celery_broker_url_that_is_almost_ours_says_which_was_meant(
+    broker: str, meant: str, tmp_path: Path
+) -> None:
+    """What a Celery app with this ``broker=`` ends on: our InvalidURL, naming the URL meant."""
+    code = (
+        "from celery import Celery\n"
+        f"app = Celery('t', broker={broker!r})\n"
+        "with app.connection_for_write() as conn:\n"
+        "    conn.ensure_connection(max_retries=1)\n"
+    )
+    done = run(sys.executable, "-c", code, cwd=tmp_path)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("kombu_sqlqueue.exceptions.InvalidURL: ") and meant in last, last
+    assert not list(tmp_path.iterdir())  # nothing created
+
+
 def test_cli_backlog_dead_letters_and_sweep(db_url: str, store: JobStore) -> None:
     store.enqueue_many([NewJob("celery", b"a"), NewJob("celery", b"b", delay=60)])
     store.enqueue(NewJob("mail", b"m", uuid="task-1"))

@@ -287,6 +287,25 @@ def no_driver_env(tmp_path: Path) -> dict[str, str]:
         (("stats", "sqlqueue://"), "names no database"),
         (("stats", "sqlqueue+oracle://x/y"), "not supported"),
         (("failed", "list", "not a url"), "cannot parse database URL"),
+        # Almost a URL: the one meant, spelled out.
+        (
+            ("stats", "{tmp}/q.db"),
+            "error: cannot parse database URL '{tmp}/q.db': Could not parse SQLAlchemy URL from "
+            "given URL string; did you mean sqlqueue+sqlite:///{tmp}/q.db?",
+        ),
+        (("stats", "q.db"), "; did you mean sqlqueue+sqlite:///q.db?"),
+        (
+            ("stats", "sqlqueue:///q.db"),
+            "error: 'sqlqueue:///q.db' names no database: write sqlqueue+<database-url>, e.g. "
+            "sqlqueue+sqlite:///queue.db, sqlqueue+postgresql://user@host/db or "
+            "sqlqueue+mysql://user@host/db; did you mean sqlqueue+sqlite:///q.db?",
+        ),
+        (
+            ("stats", "sqlqueue+sqlite://tmp/q.db"),
+            "error: an SQLite URL names no host: 'sqlite://tmp/q.db' has 'tmp' where a third "
+            "slash belongs; did you mean sqlqueue+sqlite:////tmp/q.db (absolute) or "
+            "sqlqueue+sqlite:///tmp/q.db (relative to the working directory)?",
+        ),
         (("stats", "sqlqueue+postgresql://u@127.0.0.1:1/db"), "kombu-sqlqueue[postgresql]"),
         (("peek", "{queue}", "nowhere"), "queue 'nowhere' holds no job"),
         (("purge", "{queue}", "nowhere", "--force"), "queue 'nowhere' holds no job"),
@@ -300,6 +319,7 @@ def test_bad_input_is_one_clear_line(
     args: tuple[str, ...], message: str, tmp_path: Path, sqlite_queue: str
 ) -> None:
     args = tuple(a.format(tmp=tmp_path, queue=sqlite_queue) for a in args)
+    message = message.format(tmp=tmp_path)
     done = cli(*args, env=no_driver_env(tmp_path))
     assert done.returncode == 2, done.stdout
     assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr

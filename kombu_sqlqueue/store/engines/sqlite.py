@@ -116,6 +116,13 @@ class SQLiteEngine(BaseEngine):
 
     def normalize_url(self, url: URL) -> URL:
         url = super().normalize_url(url)
+        if url.host:  # sqlite://tmp/q.db: SQLAlchemy's own error would not say which was meant
+            path = "/".join(p for p in (url.host, url.database) if p)
+            raise InvalidURL(
+                f"an SQLite URL names no host: 'sqlite://{path}' has {url.host!r} where "
+                f"a third slash belongs; did you mean sqlqueue+sqlite:////{path} (absolute) or "
+                f"sqlqueue+sqlite:///{path} (relative to the working directory)?"
+            )
         if not url.database or url.database == ":memory:":
             raise InvalidURL(
                 "an in-memory SQLite database cannot be shared between connections or "
