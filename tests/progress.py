@@ -90,10 +90,8 @@ class Progress:
         done, total = sum(self.done.values()), sum(self.totals.values())
         share = f" ({100 * done // total}%)" if total else ""
         failed = sum(self.failed.values())
-        return (
-            f"{clock(now - self.start)} elapsed, {done}/{total or '?'} tests{share}"
-            + (f", {failed} failed" if failed else "")
-        )
+        failures = f", {failed} failed" if failed else ""
+        return f"{clock(now - self.start)} elapsed, {done}/{total or '?'} tests{share}{failures}"
 
     def _longest(self, now: float) -> str:
         if not self.running:
