@@ -153,10 +153,11 @@ def with_table_options(command: F) -> F:
 )
 @click.option(
     "--attempts-cap",
-    default=255,
-    show_default=True,
-    help="Fail a job this worker runs once its attempts pass this, whatever its retryUntil "
-    "(never more than the jobs table's attempts column holds; 0: that limit).",
+    default=0,
+    help="Fail a job this worker runs once its attempts reach this, whatever its retryUntil "
+    "or tries=0 (never more than the jobs table's attempts column holds). Default: that "
+    "limit, as PHP's worker reaches it (255 for Laravel 8-12's TINYINT on MySQL, 65535 for "
+    "Laravel 13's SMALLINT).",
 )
 @click.option(
     "--batches-table",

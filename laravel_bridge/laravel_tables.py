@@ -197,7 +197,7 @@ class LaravelTableStore(TableStore):
         return {
             "queue": queue,
             "payload": payload,
-            "attempts": int(attempts),
+            "attempts": min(int(attempts), self.attempts_limit),
             # A delay is a floor: rounded up, never claimable early.
             "available_at": math.ceil(now + delay) if delay > 0 else int(now),
             "created_at": int(now),
@@ -206,7 +206,9 @@ class LaravelTableStore(TableStore):
     # -- operations ---------------------------------------------------------------
 
     def push(self, queue: str, payload: str, delay: float = 0.0, attempts: int = 0) -> int:
-        """Insert one job (``DatabaseQueue::pushToDatabase``); return its id."""
+        """Insert one job (``DatabaseQueue::pushToDatabase``); return its id. ``attempts``
+        is kept to what the table's column holds (:attr:`attempts_limit`)."""
+        self.ensure_ready()  # the column's limit is read as the tables are made ready
         row = self._row(queue, payload, delay, attempts, self.clock())
         return self._run(lambda tx: self.q.laravel_insert_job(tx, row), single=True)
 
@@ -1000,6 +1002,16 @@ class LaravelAdmin:
 
     def find_failed(self, ref: str) -> list[FailedJob]:
         return self._failed(read_rows(self._store, self._store.q.laravel_failed_find, row_ref(ref)))
+
+    def failed_ids(self, queue: str | None = None) -> list[int]:
+        s = self._store
+        params: dict[str, Any] = {}
+        query = s.q.laravel_failed_ids
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.laravel_failed_ids_queue
+        return [int(i) for (i,) in read_rows(s, query, params)]
 
     def retry_failed(self, ids: Sequence[int]) -> int:
         s = self._store

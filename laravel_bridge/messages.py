@@ -80,7 +80,9 @@ from .payload import (
 from .php_serialize import PhpEnum, PhpObject, PhpReference, PhpSerializable
 from .rules import (
     DEFAULT_TRIES,
+    at_attempts_cap,
     attempted_too_many,
+    attempts_cap_text,
     backoff_delay,
     exceeded_before_start,
     out_of_attempts,
@@ -446,6 +448,9 @@ class LaravelFormat:
             "kind": parsed.kind,
             "queue": job.queue,
             "attempts": job.attempts,
+            # What the table's attempts column holds: released there, the next claim
+            # could not count the attempt (rules.at_attempts_cap).
+            "attemptsCap": job.max_attempts,
             "tries": payload.max_tries,
             "backoff": payload.backoff or None,
             "retryUntil": payload.retry_until,
@@ -563,7 +568,9 @@ class LaravelFormat:
         retries = headers.get("retries") or 0
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise MalformedMessage(f"retries is {retries!r}, not a count")
-        attempts = min(retries, MAX_LARAVEL_ATTEMPTS)
+        # Not clamped here: the table's store keeps it to what its attempts column holds
+        # (255, or Laravel 13's 65535).
+        attempts = retries
         delay = min(eta_delay(dict(headers)), float(MAX_DELAY_SECONDS))
         meta = headers.get(HEADER)
         meta = meta if isinstance(meta, Mapping) else {}
@@ -799,6 +806,14 @@ class LaravelFormat:
             return Fail(text)
         if timed_out and meta.get("failOnTimeout"):
             return Fail(text)
+        cap = meta.get("attemptsCap")
+        if isinstance(cap, int) and at_attempts_cap(attempts, cap):
+            return Fail(
+                storable_text(
+                    "Illuminate\\Queue\\MaxAttemptsExceededException: "
+                    f"{attempts_cap_text(name, cap)}\n\n{reason}"
+                )
+            )
         backoff = meta.get("backoff")
         steps = backoff if isinstance(backoff, list) and backoff else self.backoff
         delay = backoff_delay([b for b in steps if isinstance(b, int)], attempts)

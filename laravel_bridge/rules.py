@@ -42,6 +42,24 @@ def out_of_attempts(attempts: int, now: int, max_tries: int, retry_until: int | 
     return max_tries > 0 and attempts >= max_tries
 
 
+def at_attempts_cap(attempts: int, cap: int) -> bool:
+    """Ours, not Laravel's: a job that just failed its ``attempts``-th attempt is failed, not
+    released, once ``attempts`` reached ``cap`` — what the jobs table's ``attempts`` column
+    holds (255 in Laravel 8-12's ``TINYINT`` on MySQL, 65535 in 13's ``SMALLINT``), whatever
+    its ``retryUntil`` or ``tries=0`` say. Released there, its next reservation could not
+    count the attempt (PHP's worker fails on the overflow; ours would be fenced by an
+    ``attempts`` value that no longer changes)."""
+    return cap > 0 and attempts >= cap
+
+
+def attempts_cap_text(name: str, cap: int) -> str:
+    """Why a job was failed at :func:`at_attempts_cap`."""
+    return (
+        f"{name} reached the safety cap of {cap} attempts "
+        "(what the jobs table's attempts column holds)"
+    )
+
+
 def backoff_delay(backoff: Sequence[int], attempts: int) -> int:
     """``calculateBackoff``: the entry for this attempt (the first for the first), else the
     last one; 0 for none."""
@@ -53,7 +71,9 @@ def backoff_delay(backoff: Sequence[int], attempts: int) -> int:
 
 __all__ = [
     "DEFAULT_TRIES",
+    "at_attempts_cap",
     "attempted_too_many",
+    "attempts_cap_text",
     "backoff_delay",
     "exceeded_before_start",
     "out_of_attempts",

@@ -26,9 +26,10 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
 A job no handler here knows is handed back for another worker (``unknown_jobs``,
 ``unknown_delay``): see ``Worker._unknown`` for how that stays out of a loop.
 
-Safety cap: a job that fails on its ``attempts_cap``-th attempt (255, what
-Laravel's ``jobs.attempts`` column holds) is failed instead of released,
-whatever its ``retryUntil`` says, and a job released with no backoff again
+Safety cap: a job that fails on its ``attempts_cap``-th attempt (by default what
+the jobs table's ``attempts`` column holds: 255 for Laravel 8-12's ``TINYINT`` on
+MySQL, 65535 for 13's ``SMALLINT``) is failed instead of released, whatever its
+``retryUntil`` says (``rules.at_attempts_cap``), and a job released with no backoff again
 and again is logged as a warning each time from the third attempt on — never
 a silent hot loop.
 """
@@ -56,7 +57,14 @@ from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, chain_successor, parse_job
 from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
-from .rules import attempted_too_many, backoff_delay, exceeded_before_start, out_of_attempts
+from .rules import (
+    at_attempts_cap,
+    attempted_too_many,
+    attempts_cap_text,
+    backoff_delay,
+    exceeded_before_start,
+    out_of_attempts,
+)
 from .tables import CacheLocks, JobBatches, JobTable, PushJob, ReservedJob, StoreOptions
 
 logger = logging.getLogger(__name__)
@@ -166,8 +174,8 @@ class WorkerOptions:
     unknown_jobs: UnknownJobPolicy = "release"
     unknown_delay: float = 60.0
     #: Fail a job it runs whose attempts pass this, retryUntil or not; never more than the
-    #: table's attempts column holds (0: that limit).
-    attempts_cap: int = 255
+    #: table's attempts column holds (0, the default: that limit, as PHP's worker reaches it).
+    attempts_cap: int = 0
     #: The largest payload read, in bytes; a larger row is failed as malformed.
     max_payload: int = MAX_PAYLOAD_BYTES
 
@@ -624,9 +632,7 @@ class Worker:
         return min(self.options.attempts_cap or limit, limit)
 
     def _cap_reached(self, parsed: Job) -> MaxAttemptsExceeded:
-        return MaxAttemptsExceeded(
-            f"{parsed.name} reached the worker's safety cap of {self._attempts_cap} attempts"
-        )
+        return MaxAttemptsExceeded(attempts_cap_text(parsed.name, self._attempts_cap))
 
     def _max_exceptions_reached(self, parsed: Job) -> bool:
         limit = parsed.payload.max_exceptions
@@ -648,9 +654,7 @@ class Worker:
 
     def _release(self, job: ReservedJob, parsed: Job, delay: float) -> None:
         delay = min(max(0.0, delay), MAX_DELAY_SECONDS)  # available_at is a 32-bit column
-        if job.attempts >= self._attempts_cap:
-            # Never released past the cap: on Laravel's table attempts is a TINYINT, and a
-            # row at 255 would make every later pop of it fail.
+        if at_attempts_cap(job.attempts, self._attempts_cap):
             self._fail(job, parsed, self._cap_reached(parsed), None)
             return
         if not self._settled(self.table.release(job, delay), "release", job, parsed):

@@ -32,9 +32,10 @@ from .summary import summarize
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: A limit no failed table reaches: ``failed retry --all`` reads every id first, so jobs
-#: that fail again while it runs are not retried again by the same command.
-_EVERY = 2**62
+#: Failed jobs ``failed retry --all`` retries per step (ids read first — so a job that
+#: fails again while it runs is not retried again by the same command —, then the rows,
+#: a step at a time: a million dead letters are never in memory at once).
+RETRY_STEP = 10_000
 
 
 def _layout_options(command: F) -> F:
@@ -490,8 +491,13 @@ def failed_retry(
     admin = _admin(kw, url)
     try:
         if every:
-            ids = sorted(j.id for j in admin.failed(queue, _EVERY))
-            total = admin.retry_failed(ids)
+            ids = admin.failed_ids(queue)
+            total = 0
+            for start in range(0, len(ids), RETRY_STEP):
+                total += admin.retry_failed(ids[start : start + RETRY_STEP])
+                if len(ids) > RETRY_STEP:  # long work says how far it is
+                    done = min(start + RETRY_STEP, len(ids))
+                    click.echo(f"… {done}/{len(ids)} read, {total} retried", err=True)
             click.echo(f"retried {total} failed job(s)" + (f" of queue {queue!r}" if queue else ""))
             return
         for job in _resolve(admin, refs):

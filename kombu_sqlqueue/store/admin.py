@@ -124,6 +124,10 @@ class QueueAdmin(Protocol):
         """Dead letters whose row id or uuid is ``ref`` (a Celery task id, Laravel's ID)."""
         ...
 
+    def failed_ids(self, queue: str | None = None) -> list[int]:
+        """The ids of every dead letter (of ``queue``), oldest first — no payload read."""
+        ...
+
     def retry_failed(self, ids: Sequence[int]) -> int:
         """Put the dead letters ``ids`` back on their queues as new jobs, ready now with
         their attempts reset (Laravel's ``queue:retry``), and forget them; return how many."""
@@ -303,6 +307,13 @@ class ContractAdmin:
 
     def find_failed(self, ref: str) -> list[FailedJob]:
         return self._failed(read_rows(self._store, self._store.q.dead_letter_find, row_ref(ref)))
+
+    def failed_ids(self, queue: str | None = None) -> list[int]:
+        s = self._store
+        if queue is not None:
+            validate_queue_name(queue)
+        query = s.q.dead_letter_ids if queue is None else s.q.dead_letter_ids_queue
+        return [int(i) for (i,) in read_rows(s, query, {"queue": queue})]
 
     def retry_failed(self, ids: Sequence[int]) -> int:
         s = self._store

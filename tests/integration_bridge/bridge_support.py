@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from laravel_support import APP_KEY
+from laravel_support import APP_KEY, sql_engine
 from support import Clock
 
 from kombu_sqlqueue.store import NewJob
 from laravel_bridge import HandlerRegistry, Worker, WorkerOptions
+from laravel_bridge.laravel_tables import LaravelTableStore
 from laravel_bridge.tables import JobTable
 
 
@@ -136,3 +137,17 @@ def failed_rows(
         }
         for u, p, k, e in rows
     ]
+
+
+def laravel_13_jobs_table(db_url: str, engine_name: str) -> None:
+    """Laravel's ``jobs`` table as 13's stub makes it: ``unsignedSmallInteger('attempts')``
+    (a ``SMALLINT UNSIGNED`` on MariaDB/MySQL; PostgreSQL's and SQLite's columns already
+    hold more than 8-12's ``TINYINT``)."""
+    store = LaravelTableStore(db_url)
+    store.ensure_ready()  # creates Laravel 8's tables
+    store.close()
+    if engine_name == "mysql":
+        engine = sql_engine(db_url)
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE jobs MODIFY attempts SMALLINT UNSIGNED NOT NULL"))
+        engine.dispose()

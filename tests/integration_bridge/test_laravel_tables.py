@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from bridge_support import laravel_13_jobs_table
 from laravel_support import sql_engine
 
 from kombu_sqlqueue.exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch
@@ -269,17 +270,11 @@ def test_a_pop_by_class_reads_only_the_payloads_head(lstore: LaravelTableStore) 
 def test_laravel_13s_smallint_attempts_are_kept_past_255(db_url: str, engine_name: str) -> None:
     """Laravel 13's jobs.stub has ``unsignedSmallInteger('attempts')``: a row at 300 is
     reserved as attempt 301 and handed back at 300, never clamped to 8-12's 255."""
-    first = LaravelTableStore(db_url)
-    first.push("q", "x")  # creates Laravel 8's tables
-    first.close()
-    if engine_name == "mysql":  # TINYINT UNSIGNED there; PostgreSQL and SQLite hold more
-        engine = sql_engine(db_url)
-        with engine.begin() as conn:
-            conn.execute(sa.text("ALTER TABLE jobs MODIFY attempts SMALLINT UNSIGNED NOT NULL"))
-        engine.dispose()
+    laravel_13_jobs_table(db_url, engine_name)
     store = LaravelTableStore(db_url)
     store.clock = lambda: NOW
     try:
+        store.push("q", "x")
         job_id = store.push("q", "y", attempts=300)
         assert (
             store.attempts_limit >= 65535 if engine_name == "mysql" else store.attempts_limit > 300

@@ -280,6 +280,51 @@ def no_driver_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(shadow)}
 
 
+#: Runs the CLI in this process and prints its peak memory (KiB) on stderr's last line:
+#: Linux's VmHWM, this program's own (getrusage's ru_maxrss would count the forked test
+#: process's pages from before the exec).
+PEAK_MEMORY = """
+import re, sys
+from pathlib import Path
+from kombu_sqlqueue.ops.cli import run
+sys.argv = ["kombu-sqlqueue", *sys.argv[1:]]
+try:
+    run()
+except SystemExit as exc:
+    code = exc.code
+print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text())[1], file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_retry_all_reads_ids_then_batches_never_every_payload_at_once(tmp_path: Path) -> None:
+    """``failed retry --all`` over dead letters whose payloads add up to 192 MiB peaks far
+    below that (it used to read every row, payloads included, into memory first)."""
+    from kombu_sqlqueue.store import JobStore, NewJob
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    store = JobStore(url)
+    big = 4 << 20
+    count = 48
+    for n in range(count):
+        store.enqueue(NewJob("bulk", bytes([n]) * big, max_attempts=3))
+    for job in store.claim("bulk", count, 60).jobs:
+        assert store.dead_letter(job.receipt, "boom")
+    store.close()
+
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_MEMORY, "failed", "retry", f"sqlqueue+{url}", "--all"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"retried {count} failed job(s)\n"
+    peak = int(done.stderr.strip().splitlines()[-1]) * 1024
+    assert peak < count * big, f"peak {peak >> 20} MiB for {count * big >> 20} MiB of payloads"
+    store = JobStore(url)
+    assert store.backlog("bulk").total == count and store.dead_letters("bulk") == []
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -107,6 +107,22 @@ def test_failed_jobs_are_listed_found_and_retried_with_attempts_reset(
     assert back.attempts == 1  # reset to 0 by the retry, 1 for this pop
 
 
+def test_failed_ids_are_every_dead_letter_oldest_first_without_payloads(
+    table: JobTable, queue: LaravelQueue
+) -> None:
+    admin = admin_of(table)
+    assert admin.failed_ids() == []
+    for n in range(3):
+        queue.dispatch("App\\Jobs\\A", {"n": n})
+    queue.dispatch("App\\Jobs\\B", {}, queue="mail")
+    uuids = [fail_next(table) for _ in range(3)] + [fail_next(table, "mail")]
+    by_uuid = {f.uuid: f.id for f in admin.failed(limit=10)}
+    ids = admin.failed_ids()
+    assert ids == sorted(ids) and ids == [by_uuid[u] for u in uuids]
+    assert admin.failed_ids("mail") == [by_uuid[uuids[3]]]
+    assert admin.failed_ids("nowhere") == []
+
+
 def test_retry_restarts_a_retry_until_window_laravel_11_wrote(
     table: JobTable, queue: LaravelQueue, clock: Clock
 ) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from bridge_support import failed, insert_raw
+from bridge_support import failed, insert_raw, laravel_13_jobs_table
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
@@ -291,6 +291,49 @@ def test_a_celery_retry_writes_the_jobs_own_payload_back(
     message.ack()
     assert pop_job(table).properties == {"n": 2}
     app.close()
+
+
+def test_the_celery_format_counts_attempts_to_what_laravel_13s_column_holds(
+    db_url: str, engine_name: str
+) -> None:
+    """On Laravel 13's SMALLINT ``attempts`` a Celery task with ``tries: 0`` failing its
+    301st attempt is released (as PHP's worker does), a retry sent at 300 is stored at
+    300, and only a job at the column's limit is failed, at the safety cap."""
+    laravel_13_jobs_table(db_url, engine_name)
+    queue = LaravelQueue(db_url, "laravel")
+    table = queue.table
+    store: Any = table.store  # type: ignore[attr-defined]
+    store.ensure_ready()
+    limit = store.attempts_limit
+    assert limit > 300  # 65535 on MariaDB; PostgreSQL's and SQLite's SMALLINT: 32767
+    c = Connection(f"sqlqueue+{db_url}", transport_options=options("laravel"))
+    try:
+        unlimited = queue.build("App\\Jobs\\Flaky", {}, queue=QUEUE, tries=0)
+        store.push(QUEUE, unlimited.payload, 0, 300)
+        message = get(c)
+        assert message.headers["laravel"]["attemptsCap"] == limit
+        assert c.transport.fail_delivery(QUEUE, message.delivery_tag, message.headers, "boom")
+        assert failed(table) == []
+        released = table.pop(QUEUE, 90)
+        assert released is not None and released.attempts == 302  # 301 used, this pop's
+        assert table.delete(released)
+
+        app = celery_app(db_url, "laravel")
+        app.send_task("App\\Jobs\\Again", kwargs={}, queue=QUEUE, retries=300)
+        app.close()
+        again = table.pop(QUEUE, 90)
+        assert again is not None and again.attempts == 301  # stored at 300, not 255
+        assert table.delete(again)
+
+        store.push(QUEUE, unlimited.payload, 0, limit - 1)
+        message = get(c)
+        assert message.headers["laravel"]["attempts"] == limit
+        assert c.transport.fail_delivery(QUEUE, message.delivery_tag, message.headers, "boom")
+        (row,) = failed(table)
+        assert f"Flaky reached the safety cap of {limit} attempts" in row["exception"]
+    finally:
+        c.release()
+        queue.close()
 
 
 def test_ordinary_queues_in_the_same_database_keep_kombus_envelope(

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from bridge_support import failed, make_worker
+from bridge_support import (
+    bridge_cli,
+    failed,
+    handlers_module_env,
+    laravel_13_jobs_table,
+    make_worker,
+    raw_engine,
+)
 from laravel_support import sql_engine
 from support import T0, Clock
 
@@ -64,13 +72,18 @@ def test_chain_next_job_with_an_unreadable_delay_fails_the_job_not_the_worker(
     assert "Carbon\\CarbonInterval" in row["exception"]
 
 
-def test_a_row_laravel_left_at_255_attempts_does_not_block_the_queue(
+def test_a_row_at_its_columns_limit_of_attempts_does_not_block_the_queue(
     db_url: str, registry: HandlerRegistry
 ) -> None:
+    """A row Laravel left at the most its attempts column holds (255 in MySQL's TINYINT,
+    32767 in PostgreSQL's SMALLINT, 2^31-1 on SQLite) with ``tries: 0`` is failed at the
+    safety cap when it fails again, never released where its attempt cannot be counted."""
     queue = LaravelQueue(db_url, "laravel")
     store = queue.table.store  # type: ignore[attr-defined]
+    store.ensure_ready()
+    limit = store.attempts_limit
     payload = Payload.build(JobCommand.build("App\\Jobs\\X", {}), max_tries=0).to_json()
-    store.push("default", payload, attempts=255)
+    store.push("default", payload, attempts=limit)
     queue.dispatch("App\\Jobs\\Y", {})
 
     def boom(job: Job) -> None:
@@ -83,8 +96,43 @@ def test_a_row_laravel_left_at_255_attempts_does_not_block_the_queue(
     worker.run()
     assert ran == ["Y"]
     (row,) = failed(queue.table)
-    assert "safety cap of 255 attempts" in row["exception"]
+    assert f"X reached the safety cap of {limit} attempts" in row["exception"]
     queue.close()
+
+
+def test_laravel_13s_job_past_255_attempts_is_released_by_the_cli_worker(
+    db_url: str, engine_name: str, tmp_path: Path
+) -> None:
+    """``laravel-bridge work``'s default cap is the column's: on Laravel 13's SMALLINT a job
+    with ``tries: 0`` failing its 301st attempt is released, as PHP's worker releases it."""
+    laravel_13_jobs_table(db_url, engine_name)
+    queue = LaravelQueue(db_url, "laravel")
+    store = queue.table.store  # type: ignore[attr-defined]
+    command = JobCommand.build("App\\Jobs\\Flaky", {})
+    store.push("default", Payload.build(command, max_tries=0, backoff=[600]).to_json(), 0, 300)
+    env = handlers_module_env(tmp_path, "cap_handlers", CAP_HANDLERS)
+    done = subprocess.run(
+        bridge_cli("work", "--url", db_url, "--handlers", "cap_handlers", "--stop-when-empty"),
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Failed:" not in done.stdout and "safety cap" not in done.stderr, done.stderr
+    assert "App\\Jobs\\Flaky (job 1, attempt 301) raised: still broken" in done.stderr
+    assert failed(queue.table) == []
+    engine = raw_engine(queue.table)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT attempts FROM jobs")).scalars().all() == [301]
+    engine.dispose()
+    queue.close()
+
+
+CAP_HANDLERS = """
+from laravel_bridge import handles
+
+@handles("App\\\\Jobs\\\\Flaky")
+def flaky(job):
+    raise RuntimeError("still broken")
+"""
 
 
 @pytest.mark.parametrize(

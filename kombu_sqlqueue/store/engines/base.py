@@ -398,6 +398,11 @@ class Queries:
         """
     )
     dead_letter_forget = sa.text("DELETE FROM askr_failed_jobs WHERE id = :id")
+    # Ids alone, oldest first: ``failed retry --all`` reads these, then the rows in batches.
+    dead_letter_ids = sa.text("SELECT id FROM askr_failed_jobs ORDER BY id")
+    dead_letter_ids_queue = sa.text(
+        "SELECT id FROM askr_failed_jobs WHERE queue = :queue ORDER BY id"
+    )
     dead_letter_sweep_queue = sa.text(
         "DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff AND queue = :queue"
     )
@@ -682,6 +687,11 @@ class Queries:
             sa.or_(f.id == sa.bindparam("id"), f.uuid == sa.bindparam("uuid"))
         ).order_by(f.id)
         self.laravel_failed_delete = sa.delete(failed).where(f.id == sa.bindparam("id"))
+        # Ids alone, oldest first (``failed retry --all``: ids, then the rows in batches).
+        self.laravel_failed_ids = sa.select(f.id).order_by(f.id)
+        self.laravel_failed_ids_queue = self.laravel_failed_ids.where(
+            f.queue == sa.bindparam("queue")
+        )
         before = f.failed_at < sa.bindparam("before", type_=sa.DateTime)
         self.laravel_failed_flush = sa.delete(failed).where(before)
         self.laravel_failed_flush_queue = sa.delete(failed).where(
