@@ -8,6 +8,12 @@ the message at the source (Redis hands it back after its visibility timeout), so
 never lost, and at worst moved twice. Celery's ``eta`` header comes along, so a countdown task
 keeps its time (our transport delays it natively).
 
+A message that cannot be copied — its properties are not what Kombu publishes (an
+``expiration`` that is no number), or this transport refuses it — does not stop the move: it
+is kept here as a dead letter of its queue, with the reason and the message as the source
+held it (Kombu's JSON envelope), acknowledged at the source, and counted; the rest goes on.
+``kombu-sqlqueue failed list`` shows it, ``failed show`` its bytes.
+
 Why not ``celery migrate``: on Redis its wait for "no more messages" never times out (Kombu's
 Redis ``drain_events`` keeps polling), so it does not end by itself, and with ``--limit`` it
 stops before acknowledging the last message it already republished. Kombu only, no SQL.
@@ -15,6 +21,8 @@ stops before acknowledging the last message it already republished. Kombu only, 
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +30,10 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.message import Message
+from kombu.utils.url import maybe_sanitize_url
 
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, StoreError
+from .store import NewJob
 from .store.names import validate_queue_name
 
 #: Connection attempts before a broker that does not answer is an error (kombu's
@@ -36,10 +46,12 @@ COPIED_PROPERTIES = ("priority", "correlation_id", "reply_to", "delivery_mode", 
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """One queue's outcome: how many messages moved."""
+    """One queue's outcome: how many messages moved, and how many could not be copied and
+    were kept here as dead letters instead."""
 
     queue: str
     moved: int
+    dead_lettered: int = 0
 
 
 def _connect(url: str, options: Mapping[str, Any] | None) -> Connection:
@@ -91,6 +103,7 @@ def move_messages(
     *,
     limit: int | None = None,
     on_message: Callable[[str, Message], None] | None = None,
+    on_dead_letter: Callable[[str, Message, str], None] | None = None,
     source_options: Mapping[str, Any] | None = None,
     dest_options: Mapping[str, Any] | None = None,
     restore_unacked: bool = False,
@@ -99,7 +112,9 @@ def move_messages(
 
     Stops on each queue when the source has nothing left to hand out (messages another
     consumer holds stay where they are), or after ``limit`` messages per queue.
-    ``on_message(queue, message)`` is called after each one is safely moved.
+    ``on_message(queue, message)`` is called after each one is safely moved;
+    ``on_dead_letter(queue, message, reason)`` after one that could not be copied was kept
+    here as a dead letter (and acknowledged at the source).
 
     ``source_options`` are the old broker's transport options (on Redis ``priority_steps``,
     ``sep`` and ``global_keyprefix`` name its keys: give the ones the app used);
@@ -121,21 +136,57 @@ def move_messages(
     ):
         source_channel = source.default_channel
         producer = dest.Producer()
+        store = dest.transport.store
         for name in names:
             target = Queue(name, routing_key=name)
             target(dest.default_channel).declare()
-            moved = 0
-            while limit is None or moved < limit:
+            moved = dead = 0
+            while limit is None or moved + dead < limit:
                 message = Queue(name)(source_channel).get(no_ack=False, accept=None)
                 if message is None:
                     break
-                _publish_copy(producer, target, message)
+                try:
+                    _publish_copy(producer, target, message)
+                except (ValueError, TypeError) as exc:
+                    if isinstance(exc, StoreError):  # the database's condition, not the message's
+                        raise
+                    reason = f"not moved from {_source_name(source_url)}: {exc}"
+                    store.dead_letter_message(_as_dead_letter(name, message), reason)
+                    message.ack()  # kept here first, so it is not lost
+                    dead += 1
+                    if on_dead_letter is not None:
+                        on_dead_letter(name, message, reason)
+                    continue
                 message.ack()  # only once the copy is committed here
                 moved += 1
                 if on_message is not None:
                     on_message(name, message)
-            results.append(Moved(name, moved))
+            results.append(Moved(name, moved, dead))
     return results
+
+
+def _source_name(url: str) -> str:
+    """The source broker's URL, its password masked."""
+    return str(maybe_sanitize_url(url))
+
+
+def _as_dead_letter(queue: str, message: Message) -> NewJob:
+    """A message the move could not copy, as the source held it: a virtual transport's
+    (Redis's) own JSON envelope, else one built from what Kombu read (the body base64)."""
+    raw = getattr(message, "_raw", None)
+    envelope: Any = raw
+    if not isinstance(raw, Mapping):
+        body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+        envelope = {
+            "body": base64.b64encode(body).decode("ascii"),
+            "content-type": message.content_type,
+            "content-encoding": message.content_encoding,
+            "headers": message.headers,
+            "properties": {**(message.properties or {}), "body_encoding": "base64"},
+        }
+    payload = json.dumps(envelope, default=repr, ensure_ascii=False).encode("utf-8", "replace")
+    task_id = (message.headers or {}).get("id")
+    return NewJob(queue, payload, uuid=task_id if isinstance(task_id, str) else None)
 
 
 def _waiting(channel: Any, name: str) -> int:
@@ -164,7 +215,12 @@ def _publish_copy(producer: Any, target: Queue, message: Message) -> None:
     headers = dict(message.headers or {})
     copied = {key: properties[key] for key in COPIED_PROPERTIES if properties.get(key) is not None}
     if "expiration" in copied:  # AMQP carries it as a string of milliseconds
-        copied["expiration"] = float(copied["expiration"]) / 1000.0
+        try:
+            copied["expiration"] = float(copied["expiration"]) / 1000.0
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"its expiration property {copied['expiration']!r} is not a number of milliseconds"
+            ) from None
     # Kombu's Message decompressed the body when it read it, and leaves the header: compress
     # it again the same way (as ``celery migrate``'s republish does), or the consumer would
     # decompress plain bytes.

@@ -751,21 +751,37 @@ def _move(
             task_id = (message.headers or {}).get("id") or "-"
             click.echo(f"moved {queue}: {_safe(task)} {_safe(task_id)}")
 
+    def dead_letter(queue: str, message: Any, reason: str) -> None:
+        # Always said, on stderr: a message left behind in the dead letters is news.
+        task = (message.headers or {}).get("task") or "-"
+        task_id = (message.headers or {}).get("id") or "-"
+        click.echo(_safe(f"dead-lettered {queue}: {task} {task_id}: {reason}"), err=True)
+
     moved = move_messages(
         source,
         url,
         queues,
         limit=limit,
         on_message=progress,
+        on_dead_letter=dead_letter,
         source_options=source_options,
         dest_options={"priority_order": priority_order} if priority_order else None,
         restore_unacked=restore_unacked,
     )
     if as_json:
-        click.echo(json.dumps({m.queue: m.moved for m in moved}))
+        click.echo(
+            json.dumps(
+                {m.queue: {"moved": m.moved, "dead_lettered": m.dead_lettered} for m in moved}
+            )
+        )
         return
     for m in moved:
-        click.echo(f"{m.queue}: {m.moved} moved")
+        dead = (
+            f", {m.dead_lettered} dead-lettered (kombu-sqlqueue failed list URL --queue {m.queue})"
+            if m.dead_lettered
+            else ""
+        )
+        click.echo(_safe(f"{m.queue}: {m.moved} moved{dead}"))
 
 
 def run() -> None:

@@ -161,6 +161,10 @@ class JobContract(Protocol):
         """Move the held job to the dead letters with ``reason``."""
         ...
 
+    def dead_letter_message(self, job: NewJob, reason: str) -> None:
+        """Keep a message that never became a job as a dead letter of ``job.queue``."""
+        ...
+
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's backlog figures of ``queue``."""
         ...

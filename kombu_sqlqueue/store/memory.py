@@ -490,6 +490,20 @@ class MemoryJobStore:
             self._dead_letter_in(row, reason, now)
             return True
 
+    def dead_letter_message(self, job: NewJob, reason: str) -> None:
+        """As :meth:`JobStore.dead_letter_message`: a dead letter of a message that never
+        became a job."""
+        validate_queue_name(job.queue)
+        self.check_payload_size(len(job.payload))
+        now = self._now()
+        with self._space.lock:
+            s = self._space
+            s.last_dead_id += 1
+            s.dead[s.last_dead_id] = DeadLetter(
+                s.last_dead_id, job.uuid, job.queue, bytes(job.payload), fit_utf8(reason),
+                job.attempts, now,
+            )  # fmt: skip
+
     # -- queues --------------------------------------------------------------------------
 
     def backlog(self, queue: str) -> Backlog:

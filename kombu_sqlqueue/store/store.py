@@ -461,6 +461,22 @@ class JobStore(TableStore):
         now = self._now()
         return self._run(lambda tx: self._dead_letter_in(tx, receipt, reason, now))
 
+    def dead_letter_message(self, job: NewJob, reason: str) -> None:
+        """Keep a message that never became a job — one ``kombu-sqlqueue move`` could not
+        copy from another broker — as a dead letter of ``job.queue``: its bytes as they
+        came, ``reason``, ``job.attempts`` (0: it never ran), and ``job.uuid``."""
+        validate_queue_name(job.queue)
+        self.check_payload_size(len(job.payload))
+        params = {
+            "uuid": job.uuid,
+            "queue": job.queue,
+            "payload": bytes(job.payload),
+            "exception": fit_utf8(reason),
+            "attempts": job.attempts,
+            "failed_at": self._now(),
+        }
+        self._run(lambda tx: tx.execute(self.q.dead_letter_insert, params), single=True)
+
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's ``total``, ``ready`` and ``oldest_seconds`` for ``queue``."""
         validate_queue_name(queue)

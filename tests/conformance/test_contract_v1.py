@@ -375,6 +375,27 @@ def test_dead_letter_moves_the_row_with_reason_in_one_step(
     assert (dead.exception, dead.attempts, dead.failed_at) == ("handler raised ValueError", 1, T0)
 
 
+def test_a_message_that_never_became_a_job_is_kept_as_a_dead_letter(
+    store: JobContract, clock: Clock
+) -> None:
+    """What ``kombu-sqlqueue move`` does with a source message it cannot copy: its bytes
+    (any bytes, a NUL and invalid UTF-8 included) and the reason, never a job."""
+    raw = b'{"body": "\x00\xff", "properties": {"expiration": "soon"}}'
+    store.dead_letter_message(job(payload=raw, uuid="task-9"), "expiration 'soon': no number")
+    store.dead_letter_message(job(queue="other", payload=b""), "x" * 100_000)
+    assert store.size("q") == 0 and store.claim("q", 5, 30).jobs == []
+    first, second = store.dead_letters()
+    assert (first.uuid, first.queue, first.payload) == ("task-9", "q", raw)
+    assert (first.exception, first.attempts, first.failed_at) == (
+        "expiration 'soon': no number", 0, T0,
+    )  # fmt: skip
+    assert second.queue == "other" and second.uuid is None and second.payload == b""
+    assert second.exception is not None and 0 < len(second.exception) <= 100_000
+    with pytest.raises(InvalidQueueName):
+        store.dead_letter_message(job(queue="bad\x00name"), "never written")
+    assert len(store.dead_letters()) == 2
+
+
 def test_claim_dead_letters_a_job_past_max_attempts(store: JobContract, clock: Clock) -> None:
     store.enqueue(job(max_attempts=2, uuid="poison"))
     store.enqueue(job(payload=b"healthy", priority=-1))

@@ -98,3 +98,46 @@ def test_celery_migrate_moves_a_redis_backlog_and_a_worker_runs_it_once(
     )
     countdown = next(event for event in ran if event["label"] == "countdown")
     assert countdown["t"] >= sent_at + COUNTDOWN - 0.5  # the eta came along
+
+
+def test_a_message_move_cannot_copy_is_dead_lettered_and_the_backlog_still_moves(
+    redis_url: str, broker_url: str
+) -> None:
+    """One task in Redis whose ``expiration`` is no number (another client wrote it): the
+    move says so on stderr, keeps it here as a dead letter with its bytes, acks it in Redis
+    and moves the rest — it used to stop there with a traceback."""
+    old = create_app(redis_url)
+    try:
+        sent = [old.tasks["e2e.record"].delay(f"task-{i}").id for i in range(3)]
+    finally:
+        old.close()
+    r = redis.Redis.from_url(redis_url)
+    stored = [json.loads(m) for m in r.lrange(QUEUE, 0, -1)]
+    (index,) = [i for i, m in enumerate(stored) if m["headers"]["id"] == sent[1]]
+    stored[index]["properties"]["expiration"] = "soon"
+    r.lset(QUEUE, index, json.dumps(stored[index]))
+
+    cli = [str(Path(sys.executable).with_name("kombu-sqlqueue"))]
+    moved = subprocess.run(
+        [*cli, "move", redis_url, broker_url, QUEUE],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    reason = (
+        f"not moved from {redis_url}: "
+        "its expiration property 'soon' is not a number of milliseconds"
+    )
+    assert moved.stderr == f"dead-lettered {QUEUE}: e2e.record {sent[1]}: {reason}\n"
+    assert moved.stdout.endswith(
+        f"{QUEUE}: 2 moved, 1 dead-lettered (kombu-sqlqueue failed list URL --queue {QUEUE})\n"
+    )
+    assert r.llen(QUEUE) == 0 and not r.hlen("unacked")  # nothing left behind in Redis
+
+    shown = subprocess.run(
+        [*cli, "failed", "show", broker_url, sent[1], "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (letter,) = json.loads(shown.stdout)
+    assert (letter["kind"], letter["name"]) == ("celery", "e2e.record")  # read as a task
+    assert letter["exception"] == reason and letter["queue"] == QUEUE
+    assert json.loads(letter["payload"]) == stored[index]  # as Redis held it

@@ -60,6 +60,9 @@ ENQUEUE_COLUMNS = (
     "expires_at",
 )
 
+#: Columns ``dead_letter_insert`` writes.
+DEAD_LETTER_COLUMNS = ("uuid", "queue", "payload", "exception", "attempts", "failed_at")
+
 
 class Queries:
     """One engine's named statements, for both table layouts, under the same names in
@@ -413,6 +416,10 @@ class Queries:
         self.metadata, self.jobs, self.failed = build_metadata(self.now_sql)
         self.job_enqueue = sa.insert(self.jobs).values(
             {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
+        )
+        # A message that never became a job (one a move could not copy): a dead letter at once.
+        self.dead_letter_insert = sa.insert(self.failed).values(
+            {c: sa.bindparam(c) for c in DEAD_LETTER_COLUMNS}
         )
         self.laravel_jobs, self.laravel_failed = laravel_tables(laravel_jobs, laravel_failed)
         self._build_laravel(self.laravel_jobs, self.laravel_failed)
