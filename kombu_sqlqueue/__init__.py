@@ -17,4 +17,14 @@ try:
 except ImportError:  # a copy on sys.path without its hook module
     register()
 
-__all__ = ["__version__", "register"]
+
+def __getattr__(name: str) -> object:
+    # enlist loads the store (SQLAlchemy): only for those who use it, not at every import.
+    if name == "enlist":
+        from .store.enlist import enlist
+
+        return enlist
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["__version__", "enlist", "register"]

@@ -24,6 +24,15 @@ class InvalidURL(ConfigurationError):
     """The broker URL cannot be used by kombu-sqlqueue."""
 
 
+class EnlistError(ConfigurationError):
+    """``enlist()`` was given something that is not a database connection it can join."""
+
+
+class WrongDatabase(ConfigurationError):
+    """An enlisted publish's connection is to another database than the broker's: nothing
+    was written, here or there."""
+
+
 class DatabaseMissing(ConfigurationError):
     """The database (an SQLite file) does not exist; an operator command creates nothing."""
 

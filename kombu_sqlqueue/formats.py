@@ -26,10 +26,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from .exceptions import ConfigurationError, MalformedMessage
 from .store import ClaimedJob, ClaimResult, NewJob, Receipt, StoreOptions
+from .store.enlist import Enlistment
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ class DeliveryStore(Protocol):
 
     def enqueue(self, job: NewJob) -> int:
         """Store one job; return its id."""
+        ...
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """This table writing in ``enlistment``'s transaction (``enlist``); None: none."""
         ...
 
     def claim(

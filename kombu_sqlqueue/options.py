@@ -113,6 +113,10 @@ class TransportOptions:
     #: Hand back, when consuming starts, the holds of an earlier process of this host
     #: that signed with the same name and is gone (never a live process's).
     recover_holds: bool = True
+    #: Django: a publish made inside ``transaction.atomic()`` on this database alias is
+    #: written in that transaction (``kombu_sqlqueue.enlist`` by itself): ``"default"``, or
+    #: True for it; None: off (publishes outside ``enlist`` are written at once).
+    django_atomic: str | None = None
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TransportOptions:
@@ -185,6 +189,15 @@ class TransportOptions:
             raise ConfigurationError(
                 "consumer_name must be a non-empty string of at most 255 characters, "
                 f"got {consumer!r}"
+            )
+        atomic = values.get("django_atomic")
+        if atomic is True:
+            values["django_atomic"] = "default"
+        elif atomic is False:
+            values["django_atomic"] = None
+        elif atomic is not None and (not isinstance(atomic, str) or not atomic):
+            raise ConfigurationError(
+                f"django_atomic is a Django database alias (or True for 'default'), got {atomic!r}"
             )
         formats = values.get("queue_formats", {})
         if not isinstance(formats, Mapping):
@@ -277,4 +290,5 @@ class TransportOptions:
             busy_timeout=self.busy_timeout,
             reconnect_timeout=self.reconnect_timeout,
             synchronous_commit=self.synchronous_commit,
+            django_atomic=self.django_atomic,
         )

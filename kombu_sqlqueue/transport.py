@@ -81,8 +81,9 @@ from .options import TransportOptions
 from .qos import Held, HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
 from .registration import database_url, register
 from .routing import RoutingCache
-from .store import ClaimedJob, JobContract, NewJob, Receipt, open_store
+from .store import ClaimedJob, JobContract, NewJob, Receipt, TopologyContract, open_store
 from .store.contract import driver_version, render_url
+from .store.enlist import Enlistment, active
 from .store.holders import recover_dead_holds
 from .store.names import validate_queue_name
 from .transient import TransientWriter
@@ -135,14 +136,23 @@ class Channel(virtual.Channel):
 
     def _store(self, queue: str, message: dict[str, Any], *, hold_transient: bool) -> None:
         validate_queue_name(queue)  # here, not in the writer's thread a moment later
+        enlistment = self._enlistment(message)
         fmt = self.connection.formats.get(queue)
         if fmt is not None:  # another format's row, in its table: written now
-            self.connection.store_for(queue).enqueue(fmt.write(queue, message))
+            table = self.connection.store_for(queue)
+            joined_table = table.joined(enlistment) if enlistment is not None else None
+            (joined_table or table).enqueue(fmt.write(queue, message))
             return
         job = self._new_job(queue, message)
         window = self.options.dedupe_window_for(queue)
         identity = dedupe_identity(message) if window is not None else None
-        if identity is not None and window is not None:
+        joined = self.store.joined(enlistment) if enlistment is not None else None
+        if joined is not None:  # in the caller's transaction: no burst, no other writer
+            if identity is None or window is None:
+                joined.enqueue(job)
+            elif joined.enqueue_once(job, identity, window) is None:
+                self.connection.deduplicated += 1
+        elif identity is not None and window is not None:
             # Enqueue once: written now, whatever its delivery mode (a held burst could not
             # say it wrote nothing).
             if not self.connection.transient.write_through(job, (identity, window)):
@@ -159,6 +169,14 @@ class Channel(virtual.Channel):
         else:
             # After the transient messages held before it: one queue keeps its order.
             self.connection.transient.write_through(job)
+
+    def _enlistment(self, message: dict[str, Any]) -> Enlistment | None:
+        """The caller's transaction this publish is written in (``kombu_sqlqueue.enlist``,
+        or Django's ``atomic()`` with the option ``django_atomic``); None: written as
+        usual. Celery's control, event and reply messages (transient) are never enlisted."""
+        if is_transient(message):
+            return None
+        return active(self.options.django_atomic)
 
     def _restore(self, message: Any) -> None:
         # Settlements go through QoS; Kombu's republish-on-restore would
@@ -450,8 +468,13 @@ class Channel(virtual.Channel):
         exchange = exchange or "amq.direct"
         super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
         etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
-        self.store.topology.bind(exchange, etype, routing_key, queue)
+        self._topology().bind(exchange, etype, routing_key, queue)
         self._forget_table(exchange)
+
+    def _topology(self) -> TopologyContract:
+        """Where a binding made now is stored: inside ``enlist`` on SQLite, the caller's
+        transaction (the store's own write would wait for its lock); else the store's."""
+        return self.store.topology_in(active(self.options.django_atomic))
 
     def queue_unbind(
         self,
@@ -543,11 +566,32 @@ class Channel(virtual.Channel):
             if queues:
                 self.routes.forget_miss(exchange, routing_key)
                 return queues
+        declared = self._declared_routes(exchange, routing_key)
+        if declared:
+            # Bound by this process, but the binding is not stored: it was written in an
+            # enlisted transaction that rolled back (Kombu will not declare it again).
+            # Stored again now, and routed as declared.
+            etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
+            for key, queue in declared:
+                self._topology().bind(exchange, etype, key, queue)
+            self._forget_table(exchange)
+            return sorted({queue for _key, queue in declared})
         # Only topic and fanout misses are remembered: a direct miss is most often a reply
         # whose client is binding its reply queue again for its next call right now.
         if self.typeof(exchange).type != "direct":
             self.routes.remember_miss(exchange, routing_key, monotonic())
         return queues
+
+    def _declared_routes(self, exchange: str, routing_key: str) -> list[tuple[str, str]]:
+        """(binding key, queue) of the bindings this process declared on ``exchange`` that
+        route ``routing_key`` (Kombu keeps them in the channel's state)."""
+        table = self.state.exchanges.get(exchange, {}).get("table") or ()
+        kind = self.typeof(exchange)
+        found = []
+        for key, pattern, queue in table:
+            if kind.lookup([(key, pattern, queue)], exchange, routing_key, None):
+                found.append((key, queue))
+        return found
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         if not no_ack:

@@ -33,6 +33,7 @@ the engines), which knows nothing of Laravel beyond those statements.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import secrets
@@ -57,6 +58,8 @@ from kombu_sqlqueue.store.admin import (
     row_ref,
 )
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
+from kombu_sqlqueue.store.engines.base import READ_ONLY
+from kombu_sqlqueue.store.enlist import Enlistment
 from kombu_sqlqueue.store.executor import Tx
 from kombu_sqlqueue.store.model import Holding, check_claim
 from kombu_sqlqueue.store.names import validate_queue_name
@@ -177,7 +180,8 @@ class LaravelTableStore(TableStore):
     def verify_schema(self) -> None:
         super().verify_schema()
         with self._exec.sa_errors(), self._db.connect() as conn:
-            columns = sa.inspect(conn).get_columns(self.jobs_table.name)
+            inspector = sa.inspect(conn.execution_options(**{READ_ONLY: True}))
+            columns = inspector.get_columns(self.jobs_table.name)
         found = next((c["type"] for c in columns if c["name"] == "attempts"), None)
         self.attempts_limit = integer_limit(found)
 
@@ -542,6 +546,14 @@ class LaravelDeliveries:
 
     def check_payload_size(self, size: int) -> None:
         self.store.check_payload_size(size)
+
+    def joined(self, enlistment: Enlistment) -> LaravelDeliveries | None:
+        store = self.store.joined(enlistment)
+        if store is None:
+            return None
+        view = copy.copy(self)
+        view.store = store
+        return view
 
     def enqueue(self, job: NewJob) -> int:
         payload = job.payload.decode("utf-8", "surrogateescape")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, cast
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
@@ -28,6 +28,7 @@ from kombu_sqlqueue.store import (
     open_store,
 )
 from kombu_sqlqueue.store.database import Database
+from kombu_sqlqueue.store.enlist import Enlistment, current
 from kombu_sqlqueue.store.holders import recover_dead_holds
 from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
 
@@ -82,6 +83,21 @@ class PushJob:
     payload: str
     delay: float = 0.0
     uuid: str | None = None
+
+
+S = TypeVar("S", bound="Joinable")
+
+
+class Joinable(Protocol):
+    def joined(self, enlistment: Enlistment) -> Joinable | None: ...
+
+
+def _publishing(store: S) -> S:
+    """Where a dispatch writes: inside ``kombu_sqlqueue.enlist`` the caller's transaction
+    (as Laravel's database queue joins ``DB::transaction``), else the store's own."""
+    enlistment = current()
+    joined = store.joined(enlistment) if enlistment is not None else None
+    return cast("S", joined) if joined is not None else store
 
 
 class JobTable(Protocol):
@@ -231,10 +247,10 @@ class LaravelLayout(_CounterMixin):
         return self.store.attempts_limit
 
     def push(self, job: PushJob) -> int:
-        return self.store.push(job.queue, job.payload, job.delay)
+        return _publishing(self.store).push(job.queue, job.payload, job.delay)
 
     def push_many(self, jobs: Sequence[PushJob]) -> int:
-        return self.store.push_many([(j.queue, j.payload, j.delay) for j in jobs])
+        return _publishing(self.store).push_many([(j.queue, j.payload, j.delay) for j in jobs])
 
     def pop(
         self, queue: str, retry_after: float, classes: Collection[str] | None = None
@@ -317,10 +333,10 @@ class AskrLayout(_CounterMixin):
         )
 
     def push(self, job: PushJob) -> int:
-        return self.store.enqueue(self._new(job))
+        return _publishing(self.store).enqueue(self._new(job))
 
     def push_many(self, jobs: Sequence[PushJob]) -> int:
-        return len(self.store.enqueue_many([self._new(j) for j in jobs]))
+        return len(_publishing(self.store).enqueue_many([self._new(j) for j in jobs]))
 
     def pop(
         self, queue: str, retry_after: float, classes: Collection[str] | None = None

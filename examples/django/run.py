@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -82,6 +83,10 @@ def main() -> int:
     from django.conf import settings
     from django.db import connection
 
+    # The queue's tables, made at deploy time as migrate makes the app's: a view enqueues
+    # inside its transaction, where SQLite (one writer at a time) could not create them.
+    kombu_sqlqueue = str(Path(sys.executable).with_name("kombu-sqlqueue"))
+    subprocess.run([kombu_sqlqueue, "create-tables", settings.CELERY_BROKER_URL], check=True)
     db = settings.DATABASES["default"]
     print(f"database: {db['ENGINE']} {db['NAME']}; broker: {settings.CELERY_BROKER_URL}")
 
@@ -114,6 +119,24 @@ def main() -> int:
             if json.loads(status["result"]) != q * 250 or total != q * 250:
                 print(f"FAILED: expected {q * 250}")
                 return 1
+        # A view that fails after it enqueued: its transaction rolls back, and the task too.
+        try:
+            call(base, "/orders/", {"quantity": "9", "unit_price_cents": "1", "reject": "1"})
+            print("FAILED: the rejected order was accepted")
+            return 1
+        except urllib.error.HTTPError as exc:
+            rejected = json.load(exc)
+        from kombu_sqlqueue.store import JobStore
+
+        queue = JobStore(settings.CELERY_BROKER_URL.removeprefix("sqlqueue+"))
+        waiting, failed = queue.backlog("celery").total, queue.dead_letters("celery")
+        queue.close()
+        status = call(base, f"/tasks/{rejected['task_id']}/")["status"]
+        if waiting or failed or status != "PENDING":
+            print(f"FAILED: a rolled-back order left a task ({waiting} waiting, {status})")
+            return 1
+        print(f"  POST /orders/ rejected after enqueueing -> rolled back: task "
+              f"{rejected['task_id'][:8]} never stored, never run ({status})")  # fmt: skip
         beats = wait_for(
             "beat's heartbeat schedule to run twice",
             lambda: (h := call(base, "/heartbeats/"))["count"] >= 2 and h,

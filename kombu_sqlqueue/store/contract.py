@@ -8,12 +8,13 @@ memory) both satisfy it, and :func:`open_store` picks one by URL.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
 from .database import StoreOptions
+from .enlist import Enlistment
 from .memory import MemoryJobStore, is_memory_url
 from .model import (
     Backlog,
@@ -87,6 +88,10 @@ class JobContract(Protocol):
         """Bindings and queue records, beside the jobs."""
         ...
 
+    def topology_in(self, enlistment: Enlistment | None) -> TopologyContract:
+        """Where a binding made now is stored (see ``JobStore.topology_in``)."""
+        ...
+
     def ensure_ready(self) -> None:
         """Connect and create (or verify) the tables, once."""
         ...
@@ -101,6 +106,10 @@ class JobContract(Protocol):
 
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`~kombu_sqlqueue.exceptions.MessageTooLarge` for a payload too large."""
+        ...
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """This store writing in ``enlistment``'s transaction; None: none to join."""
         ...
 
     def enqueue(self, job: NewJob) -> int:

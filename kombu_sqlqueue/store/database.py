@@ -10,19 +10,27 @@ opened on the same :class:`Database` share its pool.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
-from ..exceptions import ConfigurationError, InvalidURL, MessageTooLarge, SchemaMismatch
+from ..exceptions import (
+    ConfigurationError,
+    InvalidURL,
+    MessageTooLarge,
+    SchemaMismatch,
+    WrongDatabase,
+)
 from .engines import ENGINES, BaseEngine
-from .engines.base import Queries
+from .engines.base import READ_ONLY, Queries
+from .enlist import CallerExecutor, Enlistment, active
 from .executor import Executor, Tx
 from .schema import TableSpec
 
@@ -45,6 +53,9 @@ class StoreOptions:
     #: PostgreSQL ``synchronous_commit`` for the queue's own connections (None: the
     #: server's setting); see docs/engines.md.
     synchronous_commit: str | None = None
+    #: The Django database alias whose ``atomic()`` blocks a publish joins by itself (the
+    #: transport option ``django_atomic``); None: only ``enlist`` blocks.
+    django_atomic: str | None = None
 
     def __post_init__(self) -> None:
         # Every engine checks the options it reads, whatever the URL: a typo fails now
@@ -127,6 +138,20 @@ class Database:
             self.url.render_as_string(hide_password=True),
             reconnect_timeout=self.options.reconnect_timeout,
         )
+        self._identity: Hashable | None = None
+
+    def identity(self) -> Hashable:
+        """Which database this is (``Queries.identity_of``), read once: what an enlisted
+        publish's connection must match."""
+        if self._identity is None:
+            identity_of = self.engine.queries.identity_of
+            self._identity = self.executor.run(identity_of, write=False, single=True)
+        return self._identity
+
+    def identity_on(self, connection: Any) -> Hashable:
+        """Which database the caller's DB-API ``connection`` is on, read with this
+        engine's statement."""
+        return CallerExecutor(self.executor, connection).run(self.engine.queries.identity_of)
 
     def close(self) -> None:
         """Close every pooled connection (the database stays usable: see Executor.close)."""
@@ -175,6 +200,30 @@ class TableStore:
         self.clock: Callable[[], float] = time.time
         self._ready = False
         self._ready_lock = threading.Lock()
+        #: Runs a transaction's work: the executor's, or (:meth:`joined`) the caller's.
+        self._runner: Callable[..., Any] = self._exec.run
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """This store, its verbs writing in ``enlistment``'s transaction (``enlist``); None
+        when there is no transaction to join (the publish is written as usual).
+
+        The tables are made ready on the store's own connection first (outside the
+        caller's transaction), and the caller's connection must be to this database:
+        :class:`WrongDatabase` otherwise, before anything is written."""
+        connection = enlistment.connection()
+        if connection is None:
+            return None
+        self.ensure_ready()
+        theirs = enlistment.identity(connection, self.database.identity_on)
+        if theirs != self.database.identity():
+            raise WrongDatabase(
+                f"the connection given to enlist() is not to the broker's database "
+                f"({self.url.render_as_string(hide_password=True)}): nothing was written; "
+                "enlist a connection to that database, or publish outside enlist()"
+            )
+        view = copy.copy(self)
+        view._runner = CallerExecutor(self._exec, connection).run
+        return view
 
     def _run(self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False) -> T:
         """Run ``work`` in one transaction, making the tables ready first if needed.
@@ -183,7 +232,7 @@ class TableStore:
         """
         if not self._ready:
             self.ensure_ready()
-        return self._exec.run(work, write=not read_only, single=single)
+        return self._runner(work, write=not read_only, single=single)  # type: ignore[no-any-return]
 
     def _now(self) -> int:
         return int(self.clock())
@@ -209,10 +258,22 @@ class TableStore:
         with self._ready_lock:
             if self._ready:
                 return
-            if self.options.create_tables:
-                self.create_schema()
-            else:
+            try:
+                # A read first: tables other processes made need no write (and no lock an
+                # application's open transaction, a publish may be enlisted in, holds).
                 self.verify_schema()
+            except SchemaMismatch as exc:
+                if not self.options.create_tables:
+                    raise
+                if self.engine.single_writer and active(self.options.django_atomic):
+                    # Creating them would wait for the lock the caller's transaction holds.
+                    raise SchemaMismatch(
+                        "the queue's tables do not exist yet, and cannot be created inside "
+                        "the transaction this publish is enlisted in (SQLite has one writer "
+                        "at a time, and it is yours): create them first, with "
+                        "`kombu-sqlqueue create-tables URL` or by starting a worker"
+                    ) from exc
+                self.create_schema()
             self._ready = True
 
     def create_schema(self) -> None:
@@ -227,7 +288,7 @@ class TableStore:
     def verify_schema(self) -> None:
         """Raise :class:`SchemaMismatch` unless every table has every column we use."""
         with self._exec.sa_errors(), self._db.connect() as conn:
-            inspector = sa.inspect(conn)
+            inspector = sa.inspect(conn.execution_options(**{READ_ONLY: True}))
             for spec in self.table_specs():
                 if not inspector.has_table(spec.name):
                     raise SchemaMismatch(f"table {spec.name} does not exist; {spec.create_hint}")

@@ -26,11 +26,12 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
-from ..exceptions import InvalidURL, MessageTooLarge
+from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
 from .database import StoreOptions
+from .enlist import Enlistment
 from .model import (
     MAX_CLAIM_ROUNDS,
     Backlog,
@@ -489,6 +490,20 @@ class MemoryJobStore:
                 return False
             self._dead_letter_in(row, reason, now)
             return True
+
+    def topology_in(self, enlistment: Enlistment | None) -> MemoryTopology:
+        """This process's memory: there is no other writer to wait for."""
+        return self.topology
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """No database here to share a transaction with: an enlisted publish to an
+        in-memory broker is refused, as one to another database would be."""
+        if enlistment.connection() is None:
+            return None
+        raise WrongDatabase(
+            "an in-memory store (memory://) has no database to write in your transaction: "
+            "publish outside enlist(), or use a database broker URL"
+        )
 
     def dead_letter_message(self, job: NewJob, reason: str) -> None:
         """As :meth:`JobStore.dead_letter_message`: a dead letter of a message that never

@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import sqlalchemy as sa
 
@@ -26,6 +26,7 @@ from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
+from .enlist import Enlistment
 from .executor import Tx
 from .model import (
     DEDUPE_SWEEP_EVERY,
@@ -102,6 +103,24 @@ class JobStore(TableStore):
 
         self._exec.run_schema(work)
         self.verify_schema()
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        view = super().joined(enlistment)
+        if view is not None:
+            view.topology = Topology(view)
+        return view
+
+    def topology_in(self, enlistment: Enlistment | None) -> Topology:
+        """Where a binding made now is stored: on the store's own connection — except,
+        inside an enlistment, on an engine with one writer at a time (SQLite), where that
+        write would wait for the very transaction it runs in: then in the caller's
+        transaction (a binding it rolls back is stored again by the next publish that
+        needs it, see the transport's ``_lookup``)."""
+        if enlistment is not None and self.engine.single_writer:
+            view = self.joined(enlistment)
+            if view is not None:
+                return view.topology
+        return self.topology
 
     # -- operations ---------------------------------------------------------------
 

@@ -27,7 +27,9 @@ class Topology:
     # -- exchange bindings ---------------------------------------------------------------
 
     def bind(self, exchange: str, exchange_type: str, routing_key: str, queue: str) -> None:
-        """Store the binding of ``queue`` to ``exchange`` (idempotent)."""
+        """Store the binding of ``queue`` to ``exchange`` (idempotent). One stored already
+        (every publisher and worker binds its queues as it starts) is only read: no write,
+        no write lock."""
         validate_queue_name(queue)
         s = self._store
         params = {
@@ -37,7 +39,13 @@ class Topology:
             "exchange_type": exchange_type,
             "now": s._now(),
         }
-        s._run(lambda tx: tx.execute(s.q.binding_add, params), single=True)
+        found = s._run(
+            lambda tx: tx.execute(s.q.binding_exists, params).fetchone(),
+            read_only=True,
+            single=True,
+        )
+        if found is None:
+            s._run(lambda tx: tx.execute(s.q.binding_add, params), single=True)
 
     def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
         """Remove one stored binding."""

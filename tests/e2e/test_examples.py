@@ -100,5 +100,8 @@ def test_django_example_on_one_database(db_url: str, tmp_path: Path) -> None:
         timeout=140,
     )
     assert out.count("-> SUCCESS") == 5
+    # The view enqueues inside transaction.atomic() (django_atomic, no on_commit): a view
+    # that fails after enqueueing rolls the task back with its order.
+    assert "rejected after enqueueing -> rolled back" in out and "never run (PENDING)" in out
     assert "runs of the beat schedule" in out
     assert "django example finished" in out

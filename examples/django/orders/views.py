@@ -12,19 +12,29 @@ from .models import Heartbeat, Order
 from .tasks import compute_total
 
 
+class Rejected(Exception):
+    """The example's stand-in for a view that fails after it enqueued: its transaction rolls
+    back, and the task with it."""
+
+
 @csrf_exempt  # an API endpoint for the example's client; keep CSRF on for browser forms
 @require_POST
 def create_order(request: HttpRequest) -> JsonResponse:
     task_id = uuid()
-    with transaction.atomic():
-        order = Order.objects.create(
-            quantity=int(request.POST["quantity"]),
-            unit_price_cents=int(request.POST["unit_price_cents"]),
-        )
-        # The broker writes on a connection of its own: enqueue once the order is committed,
-        # or a fast worker looks for an order that is not there yet (and a rollback would
-        # leave a task for an order that never existed). The id is chosen now to return it.
-        transaction.on_commit(lambda: compute_total.apply_async((order.pk,), task_id=task_id))
+    try:
+        with transaction.atomic():
+            order = Order.objects.create(
+                quantity=int(request.POST["quantity"]),
+                unit_price_cents=int(request.POST["unit_price_cents"]),
+            )
+            # Written in this transaction (the transport option django_atomic): the task
+            # exists exactly when the order does — no on_commit, no window in which a
+            # crash loses the task, no worker that looks before the order is committed.
+            compute_total.apply_async((order.pk,), task_id=task_id)
+            if request.POST.get("reject"):
+                raise Rejected
+    except Rejected:
+        return JsonResponse({"rejected": True, "task_id": task_id}, status=409)
     return JsonResponse({"order_id": order.pk, "task_id": task_id}, status=202)
 
 

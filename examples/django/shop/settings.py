@@ -62,7 +62,8 @@ TIME_ZONE = "UTC"
 
 # Celery (shop/celery.py reads every CELERY_* setting)
 CELERY_BROKER_URL = "sqlqueue+" + DATABASE_URL  # the queue lives in the same database
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60}
+# django_atomic: a task sent inside transaction.atomic() is written in that transaction
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60, "django_atomic": "default"}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_BACKEND = "django-db"  # django-celery-results: results through the ORM
 CELERY_RESULT_EXTENDED = True

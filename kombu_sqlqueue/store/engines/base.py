@@ -9,7 +9,7 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -46,6 +46,10 @@ class Listener:
     def close(self) -> None:
         """Release the listening connection."""
 
+
+#: The execution option a SQLAlchemy connection that only reads (the schema's
+#: verification) carries: an engine may begin it without a write lock.
+READ_ONLY = "sqlqueue_read_only"
 
 #: Columns an enqueue writes (the rest take their defaults).
 ENQUEUE_COLUMNS = (
@@ -203,6 +207,12 @@ class Queries:
     binding_remove_queue = sa.text("DELETE FROM askr_bindings WHERE queue = :queue")
     # With each bound queue's x-message-ttl, so a publisher stamps the expiry of messages
     # to queues other processes declared (a monitor's event queue, a client's reply queue).
+    binding_exists = sa.text(
+        """
+        SELECT 1 FROM askr_bindings
+         WHERE exchange = :exchange AND routing_key = :routing_key AND queue = :queue
+        """
+    )
     binding_list = sa.text(
         """
         SELECT b.routing_key, b.queue, b.exchange_type, q.message_ttl_ms
@@ -409,6 +419,15 @@ class Queries:
     dead_letter_sweep_queue = sa.text(
         "DELETE FROM askr_failed_jobs WHERE failed_at < :cutoff AND queue = :queue"
     )
+
+    # Which database a connection is on: enlist (store/enlist.py) compares a caller's
+    # connection with the store's before writing on it. Every engine names its own.
+    database_identity: ClassVar[sa.TextClause]
+
+    @classmethod
+    def identity_of(cls, tx: Tx) -> Hashable:
+        """The identity of the database ``tx`` runs on (equal only for the same one)."""
+        return tuple(tx.execute(cls.database_identity).fetchone())
 
     # -- one instance per store ---------------------------------------------------------
 
@@ -754,6 +773,10 @@ class BaseEngine:
     default_driver: ClassVar[str] = ""
     #: This engine's statements (both layouts).
     queries: ClassVar[type[Queries]] = Queries
+    #: One writer at a time for the whole database: a write on the store's own connection
+    #: waits for any other open write transaction — an application's a publish is enlisted
+    #: in, too (``JobStore.topology_in``).
+    single_writer: ClassVar[bool] = False
 
     @classmethod
     def check_options(cls, options: Any) -> None:

@@ -51,6 +51,10 @@ _CONDITIONS: dict[int, type[StoreConditionError]] = {
 class MySQLQueries(Queries):
     now_sql: ClassVar[str] = "(unix_timestamp())"
 
+    # The schema, on the server of that host, port and data directory (MariaDB has no
+    # @@server_uuid; every user may read these).
+    database_identity = sa.text("SELECT DATABASE(), @@hostname, @@port, @@datadir")
+
     queue_add = sa.text(
         """
         INSERT IGNORE INTO askr_queues (name, expires_seconds, last_used_at, message_ttl_ms)

@@ -71,6 +71,16 @@ _CONDITIONS: dict[str, type[StoreConditionError]] = {
 class PostgreSQLQueries(Queries):
     now_sql: ClassVar[str] = "(CAST(extract(epoch FROM now()) AS BIGINT))"
 
+    # The database by name and oid, on the cluster that started at that moment on that
+    # port (data_directory would say it best, but only a superuser may read it).
+    database_identity = sa.text(
+        """
+        SELECT current_database(), CAST(pg_postmaster_start_time() AS TEXT),
+               current_setting('port'),
+               (SELECT CAST(oid AS TEXT) FROM pg_database WHERE datname = current_database())
+        """
+    )
+
     job_notify = sa.text("SELECT pg_notify(:channel, :queue)")
     job_enqueue_notify = sa.text(
         """

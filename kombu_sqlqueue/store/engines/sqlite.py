@@ -17,9 +17,10 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -32,7 +33,10 @@ from ...exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import BaseEngine, Queries, check_choice
+from .base import READ_ONLY, BaseEngine, Queries, check_choice
+
+if TYPE_CHECKING:
+    from ..executor import Tx
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: ``PRAGMA synchronous`` per mode, written out: a PRAGMA takes no bound parameter.
@@ -60,6 +64,19 @@ _PASSING = frozenset(
 
 class SQLiteQueries(Queries):
     now_sql: ClassVar[str] = "(unixepoch())"
+
+    # The file the connection's main database is, by device and inode: two paths to one
+    # file (a symlink, a relative path) are the same database, a copy is not.
+    database_identity = sa.text("PRAGMA database_list")
+
+    @classmethod
+    def identity_of(cls, tx: Tx) -> Hashable:
+        rows = tx.execute(cls.database_identity).fetchall()
+        path = next((r[2] for r in rows if r[1] == "main"), "")
+        if not path:
+            return ("sqlite", "temporary or in-memory", id(tx.cursor.connection))
+        found = os.stat(path)
+        return ("sqlite", found.st_dev, found.st_ino)
 
     # SQLite stores whatever it is given: a TEXT column can hold a BLOB, or text that is
     # not UTF-8 (a PHP app writing raw bytes). Python's sqlite3 then fails the whole read
@@ -108,6 +125,9 @@ class SQLiteEngine(BaseEngine):
     name: ClassVar[str] = "sqlite"
     default_driver: ClassVar[str] = "pysqlite"
     queries: ClassVar[type[Queries]] = SQLiteQueries
+    # SQLite locks the whole file for a write: while an application's transaction holds
+    # it, no other connection of ours can write.
+    single_writer: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, options: Any) -> None:
@@ -154,7 +174,10 @@ class SQLiteEngine(BaseEngine):
         # Schema work goes through SQLAlchemy connections: serialize it too.
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # A schema read (``READ_ONLY``) takes no write lock: it must not wait for an
+            # application whose open write transaction a publish is enlisted in.
+            read_only = conn.get_execution_options().get(READ_ONLY)
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
         return engine
 

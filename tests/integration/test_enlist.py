@@ -1,0 +1,356 @@
+"""``kombu_sqlqueue.enlist``: a publish written in the caller's transaction, on every engine
+and with every kind of connection it takes — a SQLAlchemy ``Connection``, a ``Session``,
+the driver's own DB-API connection. It commits with the caller's data, vanishes with their
+rollback (a savepoint's too), is invisible to consumers until then, and is refused, with
+nothing written anywhere, on a connection to another database."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from kombu import Connection
+from laravel_support import sql_engine
+from sqlalchemy.orm import Session
+
+from kombu_sqlqueue import enlist
+from kombu_sqlqueue.exceptions import EnlistError, WrongDatabase
+
+QUEUE = "orders"
+KINDS = ["sqlalchemy", "session", "dbapi"]
+
+
+class App:
+    """The application's side: its own engine on the same database, an ``orders`` table,
+    and a transaction on it of the kind under test."""
+
+    def __init__(self, db_url: str, kind: str) -> None:
+        self.engine = sql_engine(db_url)
+        self.kind = kind
+        orders = sa.Table(
+            "orders",
+            sa.MetaData(),
+            sa.Column("id", sa.Integer, primary_key=True),  # autoincrement on every engine
+            sa.Column("note", sa.Text),
+        )
+        orders.metadata.create_all(self.engine)
+
+    @contextmanager
+    def transaction(self) -> Iterator[tuple[Any, Callable[[str], None]]]:
+        """(what enlist() takes, insert(note)) in an open transaction; yields, then the
+        caller commits or rolls back with :meth:`commit` / :meth:`rollback`."""
+        if self.kind == "dbapi":
+            raw = self.engine.raw_connection()
+            dbapi = raw.dbapi_connection
+            assert dbapi is not None
+            self._end = dbapi
+            marker = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+
+            def insert(note: str) -> None:
+                cur = dbapi.cursor()
+                cur.execute(f"INSERT INTO orders (note) VALUES ({marker})", (note,))
+                cur.close()
+
+            try:
+                yield dbapi, insert
+            finally:
+                dbapi.rollback()  # what was not committed
+                raw.close()
+            return
+        if self.kind == "session":
+            with Session(self.engine) as session:
+                self._end = session
+
+                def insert(note: str) -> None:
+                    session.execute(sa.text("INSERT INTO orders (note) VALUES (:n)"), {"n": note})
+
+                yield session, insert
+            return
+        with self.engine.connect() as conn:
+            conn.begin()
+            self._end = conn
+
+            def insert(note: str) -> None:
+                conn.execute(sa.text("INSERT INTO orders (note) VALUES (:n)"), {"n": note})
+
+            yield conn, insert
+
+    def commit(self) -> None:
+        self._end.commit()
+
+    def rollback(self) -> None:
+        self._end.rollback()
+
+    def notes(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.text("SELECT note FROM orders ORDER BY id")).scalars())
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+@pytest.fixture(params=KINDS)
+def app(request: pytest.FixtureRequest, db_url: str) -> Iterator[App]:
+    a = App(db_url, str(request.param))
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[Connection]:
+    conn = Connection(broker_url)
+    conn.SimpleQueue(QUEUE).qsize()  # the tables exist before the app's transaction
+    yield conn
+    conn.release()
+
+
+def waiting(broker: Connection) -> list[str]:
+    """Every message of the queue, consumed (the test's reading of what committed)."""
+    queue = broker.SimpleQueue(QUEUE)
+    found = []
+    while True:
+        try:
+            message = queue.get(block=False)
+        except queue.Empty:
+            return found
+        found.append(message.payload)
+        message.ack()
+
+
+def test_an_enlisted_publish_commits_with_the_data_and_vanishes_on_rollback(
+    app: App, broker: Connection
+) -> None:
+    queue = broker.SimpleQueue(QUEUE)
+    with app.transaction() as (conn, insert):
+        insert("rolled back")
+        with enlist(conn):
+            queue.put("rolled back")
+        assert queue.qsize() == 0  # not visible before the commit
+        app.rollback()
+    assert waiting(broker) == [] and app.notes() == []
+
+    with app.transaction() as (conn, insert):
+        insert("committed")
+        with enlist(conn):
+            queue.put("committed")
+        assert queue.qsize() == 0  # a consumer finds nothing yet
+        app.commit()
+    assert waiting(broker) == ["committed"] and app.notes() == ["committed"]
+
+
+def test_a_savepoint_rolled_back_takes_its_publishes_and_keeps_the_outer_ones(
+    app: App, broker: Connection
+) -> None:
+    queue = broker.SimpleQueue(QUEUE)
+    with app.transaction() as (conn, _insert):
+        with enlist(conn):
+            queue.put("outer")
+            if app.kind == "dbapi":
+                cur = conn.cursor()
+                cur.execute("SAVEPOINT inner_block")
+                queue.put("inner")
+                cur.execute("ROLLBACK TO SAVEPOINT inner_block")
+                cur.close()
+            else:
+                nested = conn.begin_nested()
+                queue.put("inner")
+                nested.rollback()
+            with enlist(conn):  # nested enlist blocks: the innermost is used
+                queue.put("nested")
+        app.commit()
+    assert waiting(broker) == ["outer", "nested"]
+
+
+def test_a_connection_to_another_database_is_refused_and_nothing_is_written(
+    engine_name: str, db_url: str, broker: Connection, tmp_path: Path, request: Any
+) -> None:
+    if engine_name == "sqlite":
+        other_url = f"sqlite:///{tmp_path / 'other.db'}"
+    else:
+        server = request.getfixturevalue("db_server")
+        other_url = server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    other = App(other_url, "sqlalchemy")
+    queue = broker.SimpleQueue(QUEUE)
+    try:
+        with other.transaction() as (conn, insert):
+            insert("elsewhere")
+            with enlist(conn), pytest.raises(WrongDatabase, match="not to the broker's"):
+                queue.put("never")
+            other.commit()
+        assert other.notes() == ["elsewhere"]  # their transaction was theirs to commit
+        with other.engine.connect() as c:
+            assert "askr_jobs" not in sa.inspect(c).get_table_names()
+    finally:
+        other.close()
+    assert waiting(broker) == []
+
+
+def test_outside_a_transaction_a_publish_is_written_at_once(
+    db_url: str, broker: Connection
+) -> None:
+    """A SQLAlchemy Connection with no ``begin()`` has no transaction to join: the publish
+    is written as without enlist, at once."""
+    app = App(db_url, "sqlalchemy")
+    try:
+        with app.engine.connect() as conn, enlist(conn):
+            broker.SimpleQueue(QUEUE).put("now")
+            assert not conn.in_transaction()
+    finally:
+        app.close()
+    assert waiting(broker) == ["now"]
+
+
+def test_another_threads_publish_is_never_captured(app: App, broker_url: str) -> None:
+    """A thread publishing while this one is enlisted writes on its own: when this
+    transaction rolls back, its message stays. (On SQLite it waits for this transaction's
+    write lock, so it is written once the rollback frees it.)"""
+    done = threading.Event()
+
+    def publish_elsewhere() -> None:
+        with Connection(broker_url) as own:
+            own.SimpleQueue(QUEUE).put("other thread")
+        done.set()
+
+    with Connection(broker_url) as broker:
+        queue = broker.SimpleQueue(QUEUE)
+        thread = threading.Thread(target=publish_elsewhere)
+        with app.transaction() as (conn, insert):
+            insert("rolled back")
+            with enlist(conn):
+                queue.put("mine")
+                thread.start()
+                done.wait(2)  # SQLite: still waiting for the lock; servers: written
+            app.rollback()
+        thread.join(30)
+        assert done.is_set()
+        assert waiting(broker) == ["other thread"]
+
+
+def test_enlist_refuses_what_is_no_connection() -> None:
+    with pytest.raises(EnlistError, match="takes a SQLAlchemy Connection or Session"):
+        enlist("sqlite:///not-a-connection.db").__enter__()
+
+
+def test_an_enlisted_publish_keeps_priority_countdown_and_the_dedupe_window(
+    engine_name: str, db_url: str, broker_url: str
+) -> None:
+    """Every feature of a publish holds in the caller's transaction: priority order, a
+    delay, and enqueue-once decided inside it."""
+    app = App(db_url, "sqlalchemy")
+    options = {"dedupe_window": 3600}
+    try:
+        with Connection(broker_url, transport_options=options) as broker:
+            broker.SimpleQueue(QUEUE).qsize()  # the queue's tables exist (a worker ran)
+            producer = broker.Producer()
+            with app.transaction() as (conn, _insert), enlist(conn):
+                for body, priority in (("low", 1), ("high", 9)):
+                    producer.publish(body, routing_key=QUEUE, priority=priority,
+                                     headers={"dedupe_key": body})  # fmt: skip
+                producer.publish("again", routing_key=QUEUE, headers={"dedupe_key": "low"})
+                producer.publish("later", routing_key=QUEUE, headers={"dedupe_key": "later",
+                                 "eta": "2999-01-01T00:00:00+00:00"})  # fmt: skip
+                app.commit()
+            assert broker.transport.deduplicated == 1
+            assert waiting(broker) == ["high", "low"]  # "later" is delayed, "again" dropped
+            assert broker.transport.store.backlog(QUEUE).total == 1
+    finally:
+        app.close()
+
+
+def test_a_binding_stored_in_a_rolled_back_transaction_is_stored_again_when_needed(
+    db_url: str, broker_url: str
+) -> None:
+    """On SQLite a queue first bound inside an enlisted transaction is bound in it (the
+    store's own write would wait for that transaction's lock); rolled back, the binding
+    is gone while Kombu remembers it as declared: the next publish stores it again and is
+    routed, not dropped."""
+    from kombu import Exchange, Queue
+
+    app = App(db_url, "sqlalchemy")
+    shop = Queue("shipping", Exchange("shop", "direct"), routing_key="ship")
+    try:
+        with Connection(broker_url) as broker:
+            broker.SimpleQueue(QUEUE).qsize()  # the queue's tables exist (a worker ran)
+            producer = broker.Producer()
+            with app.transaction() as (conn, insert):
+                insert("rolled back")
+                with enlist(conn):
+                    producer.publish("first", exchange="shop", routing_key="ship", declare=[shop])
+                app.rollback()
+            producer.publish("second", exchange="shop", routing_key="ship", declare=[shop])
+            received = broker.SimpleQueue("shipping").get(timeout=5)
+            assert received.payload == "second"
+            received.ack()
+            assert broker.transport.store.topology.bindings("shop") == [
+                ("ship", "shipping", "direct")
+            ]
+    finally:
+        app.close()
+
+
+def test_on_sqlite_missing_tables_inside_an_enlisted_transaction_say_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """SQLite has one writer: tables created inside the caller's write transaction would
+    wait for its lock (until the busy timeout). The publish says what to do instead."""
+    path = tmp_path / "fresh.db"
+    sqlite3.connect(path).execute("PRAGMA journal_mode = WAL").close()  # as an app sets it
+    app = App(f"sqlite:///{path}", "dbapi")
+    try:
+        with app.transaction() as (conn, insert):
+            insert("holds the write lock")
+            with (
+                enlist(conn),
+                Connection(f"sqlqueue+sqlite:///{path}") as broker,
+                pytest.raises(Exception, match="create them first, with `kombu-sqlqueue"),
+            ):
+                broker.SimpleQueue(QUEUE).put("never")
+    finally:
+        app.close()
+
+
+def test_celery_publishes_of_every_shape_are_enlisted(db_url: str, broker_url: str) -> None:
+    """``delay``, ``apply_async`` with a countdown, ``send_task``, a chain's first task and
+    a group's tasks all commit or roll back with the caller's transaction."""
+    from celery import Celery, chain, group
+
+    celery_app = Celery("enlisted", broker=broker_url)
+    celery_app.conf.task_default_queue = QUEUE
+
+    @celery_app.task(name="t.add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    app = App(db_url, "session")
+    try:
+        with Connection(broker_url) as broker:
+            broker.SimpleQueue(QUEUE).qsize()
+            for outcome in ("rollback", "commit"):
+                with app.transaction() as (session, insert):
+                    insert(outcome)
+                    with enlist(session):
+                        add.delay(1, 2)
+                        add.apply_async((3, 4), countdown=0)
+                        celery_app.send_task("t.add", (5, 6))
+                        chain(add.s(7, 8), add.s(9)).apply_async()
+                        group(add.s(i, i) for i in range(3)).apply_async()
+                    if outcome == "rollback":
+                        app.rollback()
+                    else:
+                        app.commit()
+                if outcome == "rollback":
+                    assert waiting(broker) == []
+            bodies = [args for args, _kwargs, _embed in waiting(broker)]
+            assert sorted(bodies) == sorted(
+                [[1, 2], [3, 4], [5, 6], [7, 8], [0, 0], [1, 1], [2, 2]]
+            )
+    finally:
+        app.close()
+        celery_app.close()
