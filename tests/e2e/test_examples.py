@@ -105,3 +105,13 @@ def test_django_example_on_one_database(db_url: str, tmp_path: Path) -> None:
     assert "rejected after enqueueing -> rolled back" in out and "never run (PENDING)" in out
     assert "runs of the beat schedule" in out
     assert "django example finished" in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("engine_name", ["sqlite", "postgresql"], indirect=True)
+def test_sqlalchemy_example_commits_each_task_with_its_order(db_url: str) -> None:
+    out = run_example(ROOT / "examples" / "sqlalchemy" / "run.py", {"DATABASE_URL": db_url}, 110)
+    assert "payment declined -> rolled back, and its receipt task with it" in out
+    assert out.count("receipt_sent=True") == 2 and "receipt_sent=False" not in out
+    assert "sqlalchemy example finished" in out
