@@ -214,7 +214,8 @@ class TableStore:
         if connection is None:
             return None
         self.ensure_ready()
-        theirs = enlistment.identity(connection, self.database.identity_on)
+        lasting = self.engine.queries.identity_lasts
+        theirs = enlistment.identity(connection, self.database.identity_on, lasting=lasting)
         if theirs != self.database.identity():
             raise WrongDatabase(
                 f"the connection given to enlist() is not to the broker's database "

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -72,13 +74,31 @@ class Enlistment:
             return None
         return dbapi_connection(self.source, self.using)
 
-    def identity(self, connection: Any, read: Callable[[Any], Hashable]) -> Hashable:
-        """The database identity of ``connection`` (``read`` runs on it), once per block."""
+    def identity(
+        self, connection: Any, read: Callable[[Any], Hashable], *, lasting: bool
+    ) -> Hashable:
+        """The database identity of ``connection`` (``read`` runs on it): once per block,
+        or — ``lasting``, an engine where a connection cannot change database — once per
+        connection, for as long as it lives (a round trip saved per publish)."""
+        if lasting:
+            with _lasting_lock, contextlib.suppress(TypeError):  # TypeError: no weakref
+                found = _lasting.get(connection)
+                if found is not None:
+                    return found
         known = self._identities.get(id(connection))
         if known is None or known[0] is not connection:
             known = (connection, read(connection))
             self._identities[id(connection)] = known
+        if lasting:
+            with _lasting_lock, contextlib.suppress(TypeError):
+                _lasting[connection] = known[1]
         return known[1]
+
+
+#: DB-API connection → its database's identity, on engines where a connection stays on
+#: one database (not MariaDB: ``USE`` switches it). Weak: a closed connection drops out.
+_lasting: weakref.WeakKeyDictionary[Any, Hashable] = weakref.WeakKeyDictionary()
+_lasting_lock = threading.Lock()
 
 
 _current: ContextVar[Enlistment | None] = ContextVar("kombu_sqlqueue_enlistment", default=None)

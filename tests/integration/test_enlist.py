@@ -354,3 +354,53 @@ def test_celery_publishes_of_every_shape_are_enlisted(db_url: str, broker_url: s
     finally:
         app.close()
         celery_app.close()
+
+
+def test_a_celery_task_for_a_laravel_queue_is_enlisted_in_laravels_table(
+    db_url: str, broker_url: str
+) -> None:
+    """A queue of the ``laravel`` format keeps its rows in Laravel's ``jobs`` table: a task
+    sent there inside ``enlist`` commits or rolls back with the caller's transaction too."""
+    from celery import Celery
+
+    from laravel_bridge.laravel_tables import LaravelTableStore
+
+    options = {"queue_formats": {"php": "laravel"}}
+    celery_app = Celery("to-php", broker=broker_url, set_as_current=False)
+    celery_app.conf.broker_transport_options = options
+    jobs = LaravelTableStore(db_url)
+    jobs.ensure_ready()
+    app = App(db_url, "dbapi")
+    try:
+        celery_app.send_task("App\\Jobs\\Warm", kwargs={}, queue="php")  # tables and bindings
+        warm = jobs.pop("php", 90)
+        assert warm is not None and jobs.delete(warm)
+        for outcome in ("rollback", "commit"):
+            with app.transaction() as (conn, insert):
+                insert(outcome)
+                with enlist(conn):
+                    celery_app.send_task("App\\Jobs\\Ship", kwargs={"note": outcome}, queue="php")
+                assert jobs.size("php") == 0
+                app.commit() if outcome == "commit" else app.rollback()
+        row = jobs.pop("php", 90)
+        assert row is not None and "commit" in str(row.payload) and jobs.pop("php", 90) is None
+    finally:
+        app.close()
+        jobs.close()
+        celery_app.close()
+
+
+def test_bad_input_is_refused_before_anything_is_written_and_the_transaction_stays_yours(
+    app: App, broker: Connection
+) -> None:
+    from kombu_sqlqueue.exceptions import InvalidQueueName
+
+    producer = broker.Producer()
+    with app.transaction() as (conn, insert):
+        insert("kept")
+        with enlist(conn), pytest.raises(InvalidQueueName):
+            producer.publish("x", routing_key="bad\x00queue")
+        with enlist(conn):
+            broker.SimpleQueue(QUEUE).put("after the refusal")
+        app.commit()
+    assert app.notes() == ["kept"] and waiting(broker) == ["after the refusal"]

@@ -240,3 +240,41 @@ def test_wake_ups_are_for_the_consumers_queues_only(engine_name: str, db_url: st
     finally:
         waiter.close()
         producer.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine_name", ["postgresql"])  # LISTEN/NOTIFY is PostgreSQL's
+def test_an_enlisted_enqueue_wakes_an_idle_consumer_at_the_commit_not_before(
+    engine_name: str, db_url: str
+) -> None:
+    """The NOTIFY of an enqueue written in the caller's transaction is delivered by that
+    transaction's commit: an idle consumer sleeps through the open transaction and wakes
+    when it commits (no poll: its wait is 20 s)."""
+    import sqlalchemy as sa
+
+    from kombu_sqlqueue import enlist
+    from kombu_sqlqueue.store import NewJob, parse_store_url
+    from kombu_sqlqueue.store.enlist import current
+
+    waiter, producer = JobStore(db_url), JobStore(db_url)
+    app = sa.create_engine(parse_store_url(db_url)[1])
+    try:
+        producer.ensure_ready()
+        threads, woke = _wait_in_threads([waiter], 20, {"work"})
+        time.sleep(1.0)  # the waiter listens
+        with app.connect() as conn:
+            conn.begin()
+            with enlist(conn):
+                joined = producer.joined(current())  # type: ignore[arg-type]
+                assert joined is not None
+                joined.enqueue(NewJob("work", b"enlisted"))
+            time.sleep(1.5)
+            assert woke == [None]  # still waiting: nothing is committed
+            conn.commit()
+        threads[0].join(10)
+        assert woke == [True]  # woken by the commit, long before its 20 s wait ended
+        assert [j.payload for j in waiter.claim("work", 5, 60).jobs] == [b"enlisted"]
+    finally:
+        app.dispose()
+        waiter.close()
+        producer.close()

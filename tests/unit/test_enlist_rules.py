@@ -70,3 +70,30 @@ def test_the_django_atomic_option_names_a_database_alias(given: object, parsed: 
 def test_a_django_atomic_that_is_no_alias_is_refused(given: object) -> None:
     with pytest.raises(ConfigurationError, match="django_atomic is a Django database alias"):
         TransportOptions.from_mapping({"django_atomic": given})
+
+
+def test_an_asyncio_task_outside_the_block_is_not_enlisted(tmp_path: Path) -> None:
+    """Each asyncio task has its own context: a block in one never covers another's
+    publishes, even while both run."""
+    import asyncio
+
+    conn = sqlite3.connect(tmp_path / "a.db")
+    seen: dict[str, object] = {}
+
+    async def inside(ready: asyncio.Event, done: asyncio.Event) -> None:
+        with enlist(conn) as mine:
+            ready.set()
+            await done.wait()
+            seen["inside"] = current() is mine
+
+    async def outside(ready: asyncio.Event, done: asyncio.Event) -> None:
+        await ready.wait()
+        seen["outside"] = current()
+        done.set()
+
+    async def main() -> None:
+        ready, done = asyncio.Event(), asyncio.Event()
+        await asyncio.gather(inside(ready, done), outside(ready, done))
+
+    asyncio.run(main())
+    assert seen == {"inside": True, "outside": None}

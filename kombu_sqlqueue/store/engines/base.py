@@ -423,6 +423,8 @@ class Queries:
     # Which database a connection is on: enlist (store/enlist.py) compares a caller's
     # connection with the store's before writing on it. Every engine names its own.
     database_identity: ClassVar[sa.TextClause]
+    #: A connection stays on one database for its life: its identity is read once.
+    identity_lasts: ClassVar[bool] = True
 
     @classmethod
     def identity_of(cls, tx: Tx) -> Hashable:

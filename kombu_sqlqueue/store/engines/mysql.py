@@ -54,6 +54,9 @@ class MySQLQueries(Queries):
     # The schema, on the server of that host, port and data directory (MariaDB has no
     # @@server_uuid; every user may read these).
     database_identity = sa.text("SELECT DATABASE(), @@hostname, @@port, @@datadir")
+    # ``USE other`` moves a connection to another schema: its identity is read again for
+    # every enlist block.
+    identity_lasts = False
 
     queue_add = sa.text(
         """
