@@ -324,7 +324,7 @@ def test_celery_publishes_of_every_shape_are_enlisted(db_url: str, broker_url: s
     celery_app = Celery("enlisted", broker=broker_url)
     celery_app.conf.task_default_queue = QUEUE
 
-    @celery_app.task(name="t.add")
+    @celery_app.task(name="t.add", shared=False)
     def add(x: int, y: int) -> int:
         return x + y
 
@@ -404,3 +404,75 @@ def test_bad_input_is_refused_before_anything_is_written_and_the_transaction_sta
             broker.SimpleQueue(QUEUE).put("after the refusal")
         app.commit()
     assert app.notes() == ["kept"] and waiting(broker) == ["after the refusal"]
+
+
+def test_celerys_own_transient_messages_are_never_enlisted(db_url: str, broker_url: str) -> None:
+    """Control, event and reply messages (delivery_mode 1) are written at once on the
+    broker's own connection, whatever the caller's transaction then does."""
+    from celery import Celery
+
+    app = App(db_url, "sqlalchemy")
+    celery_app = Celery("events", broker=broker_url, set_as_current=False)
+    try:
+        with Connection(broker_url) as broker:
+            broker.SimpleQueue(QUEUE).qsize()
+            producer = broker.Producer()
+            with app.transaction() as (conn, _insert):
+                conn.execute(sa.text("SELECT 1"))  # open, nothing written (no SQLite lock)
+                with enlist(conn):
+                    producer.publish("transient", routing_key=QUEUE, delivery_mode=1)
+                    celery_app.control.broadcast("ping")  # a fanout control message
+                    assert broker.SimpleQueue(QUEUE).qsize() == 1  # there before any commit
+                app.rollback()
+            assert waiting(broker) == ["transient"]
+    finally:
+        app.close()
+        celery_app.close()
+
+
+def test_a_chord_is_enlisted_header_and_unlock_alike(
+    db_url: str, broker_url: str, tmp_path: Path
+) -> None:
+    from celery import Celery, chord
+
+    celery_app = Celery("chords", broker=broker_url, set_as_current=False,
+                        backend=f"db+sqlite:///{tmp_path / 'results.db'}")  # fmt: skip
+    celery_app.conf.task_default_queue = QUEUE
+
+    @celery_app.task(name="t.add", shared=False)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @celery_app.task(name="t.total", shared=False)
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    app = App(db_url, "sqlalchemy")
+    try:
+        with Connection(broker_url) as broker:
+            broker.SimpleQueue(QUEUE).qsize()
+            for outcome in ("rollback", "commit"):
+                with app.transaction() as (conn, _insert), enlist(conn):
+                    chord(add.s(i, i) for i in range(3))(total.s())
+                    app.rollback() if outcome == "rollback" else app.commit()
+                if outcome == "rollback":
+                    assert broker.transport.store.backlog(QUEUE).total == 0
+            # The header's three tasks, ready; chord_unlock, delayed (it polls the results).
+            assert broker.transport.store.backlog(QUEUE).total == 4
+            names = sorted(m.headers["task"] for m in _messages(broker))
+            assert names == ["t.add", "t.add", "t.add"]
+    finally:
+        app.close()
+        celery_app.close()
+
+
+def _messages(broker: Connection) -> list[Any]:
+    queue = broker.SimpleQueue(QUEUE)
+    found = []
+    while True:
+        try:
+            message = queue.get(block=False)
+        except queue.Empty:
+            return found
+        found.append(message)
+        message.ack()
