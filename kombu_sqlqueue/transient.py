@@ -51,11 +51,13 @@ class TransientWriter:
         self._stopped = False
         self._thread: threading.Thread | None = None
 
-    def put(self, job: NewJob) -> None:
-        """Store ``job`` now, or within ``interval`` seconds if one was stored just before."""
+    def put(self, job: NewJob, *, hold: bool = False) -> None:
+        """Store ``job`` now, or within ``interval`` seconds if one was stored just before
+        (``hold``: always later, by the writer thread)."""
         with self._lock:
             now = monotonic()
-            if self._stopped or (not self._pending and now - self._last_write >= self.interval):
+            due = not self._pending and now - self._last_write >= self.interval
+            if self._stopped or (due and not hold):
                 self._last_write = now
             else:
                 self._pending.append(job)

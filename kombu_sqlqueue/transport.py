@@ -83,7 +83,7 @@ from .registration import database_url, register
 from .routing import RoutingCache
 from .store import ClaimedJob, JobContract, NewJob, Receipt, TopologyContract, open_store
 from .store.contract import driver_version, render_url
-from .store.enlist import Enlistment, active
+from .store.enlist import Enlistment, active, joined_or_own
 from .store.holders import recover_dead_holds
 from .store.names import validate_queue_name
 from .transient import TransientWriter
@@ -114,6 +114,9 @@ class Channel(virtual.Channel):
         self._isolation = RedeliveryIsolation(self.options.visibility_timeout)
         #: Queues whose last claim came back short (drained) since the last idle wait.
         self.drained: set[str] = set()
+        #: (exchange, key, queue) this channel bound in a caller's transaction (SQLite,
+        #: enlisted): stored again by ``_lookup`` if that transaction rolled back.
+        self._bound_in_transaction: set[tuple[str, str, str]] = set()
 
     # -- publishing -------------------------------------------------------------------
 
@@ -139,15 +142,14 @@ class Channel(virtual.Channel):
         enlistment = self._enlistment(message)
         fmt = self.connection.formats.get(queue)
         if fmt is not None:  # another format's row, in its table: written now
-            table = self.connection.store_for(queue)
-            joined_table = table.joined(enlistment) if enlistment is not None else None
-            (joined_table or table).enqueue(fmt.write(queue, message))
+            table = joined_or_own(self.connection.store_for(queue), enlistment)
+            table.enqueue(fmt.write(queue, message))
             return
         job = self._new_job(queue, message)
         window = self.options.dedupe_window_for(queue)
         identity = dedupe_identity(message) if window is not None else None
-        joined = self.store.joined(enlistment) if enlistment is not None else None
-        if joined is not None:  # in the caller's transaction: no burst, no other writer
+        joined = joined_or_own(self.store, enlistment)
+        if joined is not self.store:  # in the caller's transaction: no burst, no other writer
             if identity is None or window is None:
                 joined.enqueue(job)
             elif joined.enqueue_once(job, identity, window) is None:
@@ -165,7 +167,10 @@ class Channel(virtual.Channel):
                 )
         elif hold_transient and is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
-            self.connection.transient.put(job)
+            # On one-writer SQLite, written now it would wait for the lock this thread's own
+            # enlisted transaction holds: left to the writer thread, for after its commit.
+            hold = self.store.single_writer and active(self.options.django_atomic) is not None
+            self.connection.transient.put(job, hold=hold)
         else:
             # After the transient messages held before it: one queue keeps its order.
             self.connection.transient.write_through(job)
@@ -173,8 +178,15 @@ class Channel(virtual.Channel):
     def _enlistment(self, message: dict[str, Any]) -> Enlistment | None:
         """The caller's transaction this publish is written in (``kombu_sqlqueue.enlist``,
         or Django's ``atomic()`` with the option ``django_atomic``); None: written as
-        usual. Celery's control, event and reply messages (transient) are never enlisted."""
-        if is_transient(message):
+        usual. Never enlisted: Celery's control, event and reply messages (transient, and
+        no task — a task sent transient is still a task), and a task's retry (its delivery
+        is settled whatever the task's transaction does: rolled back with it, the retry
+        would be lost)."""
+        headers = message.get("headers") or {}
+        if is_transient(message) and not headers.get("task"):
+            return None
+        retries = headers.get("retries")
+        if isinstance(retries, int) and retries > 0:
             return None
         return active(self.options.django_atomic)
 
@@ -468,7 +480,10 @@ class Channel(virtual.Channel):
         exchange = exchange or "amq.direct"
         super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
         etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
-        self._topology().bind(exchange, etype, routing_key, queue)
+        topology = self._topology()
+        topology.bind(exchange, etype, routing_key, queue)
+        if topology is not self.store.topology:  # stored in the caller's transaction
+            self._bound_in_transaction.add((exchange, routing_key, queue))
         self._forget_table(exchange)
 
     def _topology(self) -> TopologyContract:
@@ -487,6 +502,7 @@ class Channel(virtual.Channel):
         exchange = exchange or "amq.direct"
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
         self.store.topology.unbind(exchange, routing_key, queue)
+        self._bound_in_transaction.discard((exchange, routing_key, queue))
         self._forget_table(exchange)
 
     def queue_delete(
@@ -496,6 +512,7 @@ class Channel(virtual.Channel):
             return None
         for exchange, _rk, _args in list(self.state.queue_bindings(queue)):
             self._forget_table(exchange)
+        self._bound_in_transaction = {b for b in self._bound_in_transaction if b[2] != queue}
         self.state.queue_bindings_delete(queue)
         self.connection.queue_keeper.forget(queue)
         self.routes.set_message_ttl(queue, None)
@@ -568,12 +585,14 @@ class Channel(virtual.Channel):
                 return queues
         declared = self._declared_routes(exchange, routing_key)
         if declared:
-            # Bound by this process, but the binding is not stored: it was written in an
-            # enlisted transaction that rolled back (Kombu will not declare it again).
-            # Stored again now, and routed as declared.
+            # Bound by this channel in a caller's transaction (SQLite, enlisted) that rolled
+            # back: Kombu will not declare it again. Stored again now, and routed.
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
             for key, queue in declared:
-                self._topology().bind(exchange, etype, key, queue)
+                topology = self._topology()
+                topology.bind(exchange, etype, key, queue)
+                if topology is self.store.topology:
+                    self._bound_in_transaction.discard((exchange, key, queue))
             self._forget_table(exchange)
             return sorted({queue for _key, queue in declared})
         # Only topic and fanout misses are remembered: a direct miss is most often a reply
@@ -583,12 +602,16 @@ class Channel(virtual.Channel):
         return queues
 
     def _declared_routes(self, exchange: str, routing_key: str) -> list[tuple[str, str]]:
-        """(binding key, queue) of the bindings this process declared on ``exchange`` that
-        route ``routing_key`` (Kombu keeps them in the channel's state)."""
+        """(binding key, queue) of the bindings this channel stored in a caller's
+        transaction on ``exchange`` that route ``routing_key`` (Kombu keeps their pattern in
+        the channel's state). Only those: a binding unbound or deleted since is not
+        brought back."""
         table = self.state.exchanges.get(exchange, {}).get("table") or ()
         kind = self.typeof(exchange)
         found = []
         for key, pattern, queue in table:
+            if (exchange, key, queue) not in self._bound_in_transaction:
+                continue
             if kind.lookup([(key, pattern, queue)], exchange, routing_key, None):
                 found.append((key, queue))
         return found
@@ -624,7 +647,7 @@ class Channel(virtual.Channel):
             return
         # Recorded so that other processes stamp their messages to it with its TTL, and
         # the queue keepers delete it when unused (x-expires) or its expired messages.
-        self.store.topology.declare_queue(queue, expires, ttl)
+        self._topology().declare_queue(queue, expires, ttl)
         keeper = self.connection.queue_keeper
         if expires is not None:
             keeper.watch(queue, expires, lambda: self._restore_queue(queue, expires, ttl))
@@ -633,7 +656,7 @@ class Channel(virtual.Channel):
 
     def _restore_queue(self, queue: str, expires: float, ttl: float | None) -> None:
         """Declare and bind again a queue of ours that expired while we stalled."""
-        self.store.topology.declare_queue(queue, expires, ttl)
+        self._topology().declare_queue(queue, expires, ttl)
         for exchange, routing_key, _args in list(self.state.queue_bindings(queue)):
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
             self.store.topology.bind(exchange, etype, routing_key, queue)

@@ -28,7 +28,7 @@ from .payload import (
     delay_seconds,
     unix_time,
 )
-from .tables import CacheLocks, JobTable, PushJob, open_table
+from .tables import CacheLocks, JobTable, PushJob, open_table, publishing
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +204,7 @@ class LaravelQueue:
             if isinstance(unique_for, bool) or not isinstance(unique_for, int) or unique_for < 0:
                 raise LaravelBridgeError(f"unique_for must be an int >= 0, got {unique_for!r}")
             locks, key = self._unique_lock(class_name, unique_id)
+            locks = publishing(locks)  # enlisted: the lock commits or rolls back with the job
             if not locks.acquire(key, unique_for):
                 logger.debug("not dispatched: %s is unique and %r is held", class_name, key)
                 return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar, cast
+from typing import Literal, Protocol, TypeVar
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
@@ -28,7 +28,7 @@ from kombu_sqlqueue.store import (
     open_store,
 )
 from kombu_sqlqueue.store.database import Database
-from kombu_sqlqueue.store.enlist import Enlistment, current
+from kombu_sqlqueue.store.enlist import Joinable, current, joined_or_own
 from kombu_sqlqueue.store.holders import recover_dead_holds
 from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
 
@@ -85,19 +85,13 @@ class PushJob:
     uuid: str | None = None
 
 
-S = TypeVar("S", bound="Joinable")
+S = TypeVar("S", bound=Joinable)
 
 
-class Joinable(Protocol):
-    def joined(self, enlistment: Enlistment) -> Joinable | None: ...
-
-
-def _publishing(store: S) -> S:
+def publishing(store: S) -> S:
     """Where a dispatch writes: inside ``kombu_sqlqueue.enlist`` the caller's transaction
     (as Laravel's database queue joins ``DB::transaction``), else the store's own."""
-    enlistment = current()
-    joined = store.joined(enlistment) if enlistment is not None else None
-    return cast("S", joined) if joined is not None else store
+    return joined_or_own(store, current())
 
 
 class JobTable(Protocol):
@@ -247,10 +241,10 @@ class LaravelLayout(_CounterMixin):
         return self.store.attempts_limit
 
     def push(self, job: PushJob) -> int:
-        return _publishing(self.store).push(job.queue, job.payload, job.delay)
+        return publishing(self.store).push(job.queue, job.payload, job.delay)
 
     def push_many(self, jobs: Sequence[PushJob]) -> int:
-        return _publishing(self.store).push_many([(j.queue, j.payload, j.delay) for j in jobs])
+        return publishing(self.store).push_many([(j.queue, j.payload, j.delay) for j in jobs])
 
     def pop(
         self, queue: str, retry_after: float, classes: Collection[str] | None = None
@@ -333,10 +327,10 @@ class AskrLayout(_CounterMixin):
         )
 
     def push(self, job: PushJob) -> int:
-        return _publishing(self.store).enqueue(self._new(job))
+        return publishing(self.store).enqueue(self._new(job))
 
     def push_many(self, jobs: Sequence[PushJob]) -> int:
-        return len(_publishing(self.store).enqueue_many([self._new(j) for j in jobs]))
+        return len(publishing(self.store).enqueue_many([self._new(j) for j in jobs]))
 
     def pop(
         self, queue: str, retry_after: float, classes: Collection[str] | None = None

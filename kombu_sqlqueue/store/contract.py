@@ -88,6 +88,11 @@ class JobContract(Protocol):
         """Bindings and queue records, beside the jobs."""
         ...
 
+    @property
+    def single_writer(self) -> bool:
+        """One writer at a time for the whole database (SQLite): see ``BaseEngine``."""
+        ...
+
     def topology_in(self, enlistment: Enlistment | None) -> TopologyContract:
         """Where a binding made now is stored (see ``JobStore.topology_in``)."""
         ...

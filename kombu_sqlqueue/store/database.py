@@ -140,10 +140,11 @@ class Database:
         )
         self._identity: Hashable | None = None
 
-    def identity(self) -> Hashable:
-        """Which database this is (``Queries.identity_of``), read once: what an enlisted
-        publish's connection must match."""
-        if self._identity is None:
+    def identity(self, *, again: bool = False) -> Hashable:
+        """Which database this is (``Queries.identity_of``), read once (``again``: read
+        anew — a server restart or a failover changes it): what an enlisted publish's
+        connection must match."""
+        if self._identity is None or again:
             identity_of = self.engine.queries.identity_of
             self._identity = self.executor.run(identity_of, write=False, single=True)
         return self._identity
@@ -202,6 +203,8 @@ class TableStore:
         self._ready_lock = threading.Lock()
         #: Runs a transaction's work: the executor's, or (:meth:`joined`) the caller's.
         self._runner: Callable[..., Any] = self._exec.run
+        #: True in a view :meth:`joined` made: its writes are the caller's transaction's.
+        self.joined_view = False
 
     def joined(self, enlistment: Enlistment) -> Self | None:
         """This store, its verbs writing in ``enlistment``'s transaction (``enlist``); None
@@ -214,16 +217,21 @@ class TableStore:
         if connection is None:
             return None
         self.ensure_ready()
+        wrong = WrongDatabase(
+            f"the connection given to enlist() is not to the broker's database "
+            f"({self.url.render_as_string(hide_password=True)}): nothing was written; "
+            "enlist a connection to that database, or publish outside enlist()"
+        )
+        driver = type(connection).__module__.partition(".")[0]
+        if driver not in self.engine.dbapi_modules:
+            raise wrong  # another engine's driver: not one statement of ours sent to it
         lasting = self.engine.queries.identity_lasts
         theirs = enlistment.identity(connection, self.database.identity_on, lasting=lasting)
-        if theirs != self.database.identity():
-            raise WrongDatabase(
-                f"the connection given to enlist() is not to the broker's database "
-                f"({self.url.render_as_string(hide_password=True)}): nothing was written; "
-                "enlist a connection to that database, or publish outside enlist()"
-            )
+        if theirs != self.database.identity() and theirs != self.database.identity(again=True):
+            raise wrong  # (read ours again first: a restart or failover changes it)
         view = copy.copy(self)
         view._runner = CallerExecutor(self._exec, connection).run
+        view.joined_view = True
         return view
 
     def _run(self, work: Callable[[Tx], T], *, read_only: bool = False, single: bool = False) -> T:
@@ -266,10 +274,11 @@ class TableStore:
             except SchemaMismatch as exc:
                 if not self.options.create_tables:
                     raise
-                if self.engine.single_writer and active(self.options.django_atomic):
+                enlisted = active(self.options.django_atomic)
+                if self.engine.single_writer and enlisted and enlisted.connection() is not None:
                     # Creating them would wait for the lock the caller's transaction holds.
                     raise SchemaMismatch(
-                        "the queue's tables do not exist yet, and cannot be created inside "
+                        f"{exc}; the queue's tables cannot be created or changed inside "
                         "the transaction this publish is enlisted in (SQLite has one writer "
                         "at a time, and it is yours): create them first, with "
                         "`kombu-sqlqueue create-tables URL` or by starting a worker"

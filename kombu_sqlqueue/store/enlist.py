@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from ..exceptions import EnlistError, SqlQueueError, StoreError
 from .executor import Tx
@@ -65,6 +65,10 @@ class Enlistment:
     closed: bool = False
     #: id(DB-API connection) → (the connection, its database identity).
     _identities: dict[int, tuple[Any, Hashable]] = field(default_factory=dict)
+    #: The thread the block runs in: a context copied into another thread
+    #: (``asyncio.to_thread``, ``copy_context().run``) carries the enlistment there, but a
+    #: DB-API connection is not for two threads at once, so it is not enlisted there.
+    thread: int = field(default_factory=threading.get_ident)
 
     def connection(self) -> Any | None:
         """The DB-API connection to write on, or None when there is no transaction to join
@@ -130,7 +134,31 @@ def enlist(connection: Any = None, *, using: str = "default") -> Iterator[Enlist
 def current() -> Enlistment | None:
     """The innermost open enlistment of this thread or task, if any."""
     found = _current.get()
-    return None if found is None or found.closed else found
+    if found is None or found.closed or found.thread != threading.get_ident():
+        return None
+    return found
+
+
+J = TypeVar("J", bound="Joinable")
+
+
+class Joinable(Protocol):
+    def joined(self, enlistment: Enlistment) -> Any: ...
+
+
+def joined_or_own(store: J, enlistment: Enlistment | None) -> J:
+    """``store`` writing in ``enlistment``'s transaction, or ``store`` itself when there is
+    none to join. A store that cannot join one (a third-party queue format's) is refused."""
+    if enlistment is None:
+        return store
+    joined = getattr(store, "joined", None)
+    if joined is None:
+        raise EnlistError(
+            f"{type(store).__name__} cannot write in your transaction (it has no joined()): "
+            "publish to this queue outside enlist()"
+        )
+    view = joined(enlistment)
+    return store if view is None else cast("J", view)
 
 
 def active(django_atomic: str | None) -> Enlistment | None:

@@ -491,6 +491,11 @@ class MemoryJobStore:
             self._dead_letter_in(row, reason, now)
             return True
 
+    @property
+    def single_writer(self) -> bool:
+        """No database: no other writer to wait for."""
+        return False
+
     def topology_in(self, enlistment: Enlistment | None) -> MemoryTopology:
         """This process's memory: there is no other writer to wait for."""
         return self.topology

@@ -110,6 +110,10 @@ class JobStore(TableStore):
             view.topology = Topology(view)
         return view
 
+    @property
+    def single_writer(self) -> bool:
+        return self.engine.single_writer
+
     def topology_in(self, enlistment: Enlistment | None) -> Topology:
         """Where a binding made now is stored: on the store's own connection — except,
         inside an enlistment, on an engine with one writer at a time (SQLite), where that
@@ -163,7 +167,9 @@ class JobStore(TableStore):
             "cutoff": int(now - window),
         }
         self._dedupe_calls += 1
-        sweep = self._dedupe_calls % DEDUPE_SWEEP_EVERY == 1
+        # Never in the caller's transaction (a joined view, whose count is a copy's): the
+        # sweep's DELETE would hold its locks until the caller commits.
+        sweep = not self.joined_view and self._dedupe_calls % DEDUPE_SWEEP_EVERY == 1
 
         def work(tx: Tx) -> int | None:
             if sweep:  # identities past the window: nothing reads them again

@@ -62,3 +62,25 @@ def test_a_dispatch_enlisted_on_another_database_is_refused(
     finally:
         engine.dispose()
     assert queue.size("default") == 0
+
+
+def test_a_unique_dispatch_rolled_back_takes_its_lock_with_it(db_url: str) -> None:
+    """``dispatch(unique_for=…)`` enlisted: the unique lock joins the transaction too, so a
+    rollback leaves neither the job nor a lock that would refuse the next dispatch."""
+    queue = LaravelQueue(db_url, "laravel", unique_locks="cache_locks")
+    engine = sql_engine(db_url)
+    try:
+        queue.size("default")
+        locks = queue.table.cache_locks("cache_locks")  # type: ignore[attr-defined]
+        locks.ensure_ready()
+        with engine.connect() as conn:
+            conn.begin()
+            with enlist(conn):
+                assert queue.dispatch("App\\Jobs\\Once", {}, unique_for=3600, unique_id=1)
+            conn.rollback()
+        assert queue.size("default") == 0
+        assert queue.dispatch("App\\Jobs\\Once", {}, unique_for=3600, unique_id=1)
+        assert queue.size("default") == 1
+    finally:
+        engine.dispose()
+        queue.close()

@@ -779,6 +779,9 @@ class BaseEngine:
     #: waits for any other open write transaction — an application's a publish is enlisted
     #: in, too (``JobStore.topology_in``).
     single_writer: ClassVar[bool] = False
+    #: The top-level modules of the DB-API drivers whose connections may be on this
+    #: engine's databases: an enlisted connection of any other is another database.
+    dbapi_modules: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def check_options(cls, options: Any) -> None:

@@ -152,6 +152,7 @@ class MySQLEngine(ServerEngine):
     name: ClassVar[str] = "mysql"
     default_driver: ClassVar[str] = "pymysql"
     queries: ClassVar[type[Queries]] = MySQLQueries
+    dbapi_modules: ClassVar[tuple[str, ...]] = ("pymysql", "MySQLdb")
 
     def normalize_url(self, url: URL) -> URL:
         url = super().normalize_url(url)

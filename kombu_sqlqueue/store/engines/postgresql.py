@@ -72,12 +72,14 @@ class PostgreSQLQueries(Queries):
     now_sql: ClassVar[str] = "(CAST(extract(epoch FROM now()) AS BIGINT))"
 
     # The database by name and oid, on the cluster that started at that moment on that
-    # port (data_directory would say it best, but only a superuser may read it).
+    # port (data_directory would say it best, but only a superuser may read it), and the
+    # schema our unqualified table names resolve to (another search_path, other tables).
     database_identity = sa.text(
         """
         SELECT current_database(), CAST(pg_postmaster_start_time() AS TEXT),
                current_setting('port'),
-               (SELECT CAST(oid AS TEXT) FROM pg_database WHERE datname = current_database())
+               (SELECT CAST(oid AS TEXT) FROM pg_database WHERE datname = current_database()),
+               current_schema()
         """
     )
 
@@ -213,6 +215,7 @@ class PostgreSQLEngine(ServerEngine):
     name: ClassVar[str] = "postgresql"
     default_driver: ClassVar[str] = "psycopg"
     queries: ClassVar[type[Queries]] = PostgreSQLQueries
+    dbapi_modules: ClassVar[tuple[str, ...]] = ("psycopg", "psycopg2")
 
     @classmethod
     def check_options(cls, options: Any) -> None:

@@ -75,7 +75,10 @@ class SQLiteQueries(Queries):
         path = next((r[2] for r in rows if r[1] == "main"), "")
         if not path:
             return ("sqlite", "temporary or in-memory", id(tx.cursor.connection))
-        found = os.stat(path)
+        try:
+            found = os.stat(path)
+        except OSError:  # gone, or not ours to read: not a database we can prove is ours
+            return ("sqlite", "unreadable", path)
         return ("sqlite", found.st_dev, found.st_ino)
 
     # SQLite stores whatever it is given: a TEXT column can hold a BLOB, or text that is
@@ -128,6 +131,7 @@ class SQLiteEngine(BaseEngine):
     # SQLite locks the whole file for a write: while an application's transaction holds
     # it, no other connection of ours can write.
     single_writer: ClassVar[bool] = True
+    dbapi_modules: ClassVar[tuple[str, ...]] = ("sqlite3",)
 
     @classmethod
     def check_options(cls, options: Any) -> None:
