@@ -337,7 +337,7 @@ def test_celery_publishes_of_every_shape_are_enlisted(db_url: str, broker_url: s
                     insert(outcome)
                     with enlist(session):
                         add.delay(1, 2)
-                        add.apply_async((3, 4), countdown=0)
+                        add.apply_async((3, 4), countdown=0, expires=3600)
                         celery_app.send_task("t.add", (5, 6))
                         chain(add.s(7, 8), add.s(9)).apply_async()
                         group(add.s(i, i) for i in range(3)).apply_async()
@@ -561,3 +561,22 @@ def test_a_connection_of_another_engines_driver_is_refused_without_a_statement(
         with enlist(other), pytest.raises(WrongDatabase):
             queue.put("never")
         assert queue.qsize() == 0
+
+
+@pytest.mark.parametrize("engine_name", ["mysql"], indirect=True)  # the one limit in reach
+def test_a_payload_past_the_engines_limit_is_refused_before_anything_is_written(
+    db_url: str, broker: Connection
+) -> None:
+    from kombu_sqlqueue.exceptions import MessageTooLarge
+
+    app = App(db_url, "sqlalchemy")
+    try:
+        limit = broker.transport.store.engine.max_payload_bytes
+        with app.transaction() as (conn, insert):
+            insert("kept")
+            with enlist(conn), pytest.raises(MessageTooLarge):
+                broker.SimpleQueue(QUEUE).put("x" * (limit + 1), serializer="raw")
+            app.commit()
+        assert app.notes() == ["kept"] and waiting(broker) == []
+    finally:
+        app.close()
