@@ -111,8 +111,8 @@ def broker(broker_url: str) -> Iterator[Connection]:
     conn.release()
 
 
-def waiting(broker: Connection) -> list[str]:
-    """Every message of the queue, consumed (the test's reading of what committed)."""
+def messages(broker: Connection) -> list[Any]:
+    """Every ready message of the queue, consumed and acked (what committed)."""
     queue = broker.SimpleQueue(QUEUE)
     found = []
     while True:
@@ -120,8 +120,13 @@ def waiting(broker: Connection) -> list[str]:
             message = queue.get(block=False)
         except queue.Empty:
             return found
-        found.append(message.payload)
+        found.append(message)
         message.ack()
+
+
+def waiting(broker: Connection) -> list[Any]:
+    """The payloads of :func:`messages`."""
+    return [m.payload for m in messages(broker)]
 
 
 def test_an_enlisted_publish_commits_with_the_data_and_vanishes_on_rollback(
@@ -463,23 +468,11 @@ def test_a_chord_is_enlisted_header_and_unlock_alike(
                     assert broker.transport.store.backlog(QUEUE).total == 0
             # The header's three tasks, ready; chord_unlock, delayed (it polls the results).
             assert broker.transport.store.backlog(QUEUE).total == 4
-            names = sorted(m.headers["task"] for m in _messages(broker))
+            names = sorted(m.headers["task"] for m in messages(broker))
             assert names == ["t.add", "t.add", "t.add"]
     finally:
         app.close()
         celery_app.close()
-
-
-def _messages(broker: Connection) -> list[Any]:
-    queue = broker.SimpleQueue(QUEUE)
-    found = []
-    while True:
-        try:
-            message = queue.get(block=False)
-        except queue.Empty:
-            return found
-        found.append(message)
-        message.ack()
 
 
 def test_a_retry_and_a_transient_task_are_told_apart_from_celerys_own_messages(
