@@ -149,15 +149,15 @@ class Channel(virtual.Channel):
         window = self.options.dedupe_window_for(queue)
         identity = dedupe_identity(message) if window is not None else None
         joined = joined_or_own(self.store, enlistment)
-        if joined is not self.store:  # in the caller's transaction: no burst, no other writer
-            if identity is None or window is None:
-                joined.enqueue(job)
-            elif joined.enqueue_once(job, identity, window) is None:
-                self.connection.deduplicated += 1
-        elif identity is not None and window is not None:
+        enlisted = joined is not self.store  # the caller's transaction: no burst, no other writer
+        if identity is not None and window is not None:
             # Enqueue once: written now, whatever its delivery mode (a held burst could not
             # say it wrote nothing).
-            if not self.connection.transient.write_through(job, (identity, window)):
+            if enlisted:
+                written = joined.enqueue_once(job, identity, window) is not None
+            else:
+                written = self.connection.transient.write_through(job, (identity, window))
+            if not written:
                 self.connection.deduplicated += 1
                 logger.debug(
                     "not written to queue %r: %r was first written less than %gs ago",
@@ -165,6 +165,8 @@ class Channel(virtual.Channel):
                     identity,
                     window,
                 )
+        elif enlisted:
+            joined.enqueue(job)
         elif hold_transient and is_transient(message) and self.options.transient_flush_interval:
             self.store.check_payload_size(len(job.payload))  # here, not in the writer thread
             # On one-writer SQLite, written now it would wait for the lock this thread's own
@@ -588,8 +590,8 @@ class Channel(virtual.Channel):
             # Bound by this channel in a caller's transaction (SQLite, enlisted) that rolled
             # back: Kombu will not declare it again. Stored again now, and routed.
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
+            topology = self._topology()
             for key, queue in declared:
-                topology = self._topology()
                 topology.bind(exchange, etype, key, queue)
                 if topology is self.store.topology:
                     self._bound_in_transaction.discard((exchange, key, queue))
@@ -656,7 +658,7 @@ class Channel(virtual.Channel):
 
     def _restore_queue(self, queue: str, expires: float, ttl: float | None) -> None:
         """Declare and bind again a queue of ours that expired while we stalled."""
-        self._topology().declare_queue(queue, expires, ttl)
+        self.store.topology.declare_queue(queue, expires, ttl)  # the keeper's thread
         for exchange, routing_key, _args in list(self.state.queue_bindings(queue)):
             etype = self.state.exchanges.get(exchange, {}).get("type") or "direct"
             self.store.topology.bind(exchange, etype, routing_key, queue)
