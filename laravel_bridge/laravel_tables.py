@@ -22,13 +22,13 @@ settlement writes nothing (seed 004's fencing). Laravel's own workers keep
 Laravel's behaviour.
 
 Table names are configurable (Laravel's ``queue.connections.database.table``
-and ``queue.failed.table``), so the statements (each engine's ``laravel_*``, in
-``kombu_sqlqueue/store/engines/``: one engine registry serves both table layouts)
-are built per store with SQLAlchemy Core; the ``Executor`` compiles each once.
+and ``queue.failed.table``), so the statements (:mod:`laravel_bridge.sql`, built on
+the engines' primitives) are built per store with SQLAlchemy Core; the ``Executor``
+compiles each once.
 
-This module is the bridge's only SQL: it runs on the job-table store's machinery
-(:class:`~kombu_sqlqueue.store.Database`, :class:`~kombu_sqlqueue.store.TableStore`,
-the engines), which knows nothing of Laravel beyond those statements.
+This module and ``sql.py`` are the bridge's only SQL: they run on the job-table
+store's machinery (:class:`~kombu_sqlqueue.store.Database`,
+:class:`~kombu_sqlqueue.store.TableStore`, the engines), which knows nothing of Laravel.
 """
 
 from __future__ import annotations
@@ -39,53 +39,38 @@ import math
 import secrets
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from kombu_sqlqueue.exceptions import ConfigurationError
 from kombu_sqlqueue.store import ClaimedJob, ClaimResult, NewJob, Receipt
-from kombu_sqlqueue.store.admin import (
-    FailedJob,
-    QueueStats,
-    WaitingJob,
-    cutoff,
-    group_attempts,
-    merge_stats,
-    per_row,
-    read_rows,
-    row_ref,
-)
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
 from kombu_sqlqueue.store.engines.base import READ_ONLY
 from kombu_sqlqueue.store.enlist import Enlistment
 from kombu_sqlqueue.store.executor import Tx
-from kombu_sqlqueue.store.model import Holding, check_claim
+from kombu_sqlqueue.store.model import check_claim
 from kombu_sqlqueue.store.names import validate_queue_name
-from kombu_sqlqueue.store.schema import (
+from kombu_sqlqueue.store.schema import TableSpec
+
+from .sql import (
     MAX_LARAVEL_ATTEMPTS,
-    TableSpec,
+    BatchQueries,
+    CacheLockQueries,
+    ExceptionCountQueries,
+    LaravelQueries,
     laravel_table_specs,
-    laravel_tables,
     laravel_timestamp,
 )
 
-from .exceptions import PayloadError
-from .payload import Payload
-
 __all__ = [
-    "MAX_LARAVEL_ATTEMPTS",
     "BatchCounts",
     "CacheLocks",
     "ExceptionCounter",
     "JobBatches",
-    "LaravelAdmin",
     "LaravelDeliveries",
     "LaravelRow",
     "LaravelTableStore",
-    "laravel_tables",
-    "laravel_timestamp",
 ]
 
 #: A window that holds every row (LIMIT takes a 64-bit value on every engine).
@@ -122,7 +107,7 @@ def integer_limit(column_type: Any) -> int:
 
 
 def class_filter(classes: Collection[str]) -> str:
-    """The ``:names`` parameter of ``laravel_pop_lock_named``: the class names as a Laravel
+    """The ``:names`` parameter of ``LaravelQueries.pop_lock_named``: the class names as a Laravel
     payload's JSON writes them (``\\`` doubled, ``/`` as ``\\/``, UTF-8 raw), between
     ``|`` (no PHP class name holds one). No class: ``"|"``, which nothing matches."""
     written = (
@@ -139,7 +124,7 @@ class LaravelRow:
     id: int
     queue: str
     #: The payload as stored: text, or the bytes of a SQLite value that is a BLOB or is not
-    #: UTF-8 (see ``SQLiteQueries``). A release or failure writes it back as is.
+    #: UTF-8 (see ``SQLiteQueries.text_read``). A release or failure writes it back as is.
     payload: str | bytes
     attempts: int
     reserved_at: int
@@ -150,8 +135,7 @@ class LaravelTableStore(TableStore):
 
     Thread-safe; every operation is one transaction through the database's executor.
     ``create_tables`` creates missing tables as Laravel's migrations would;
-    existing tables are used as they are. The statements are the engine's
-    ``laravel_*`` (``store/engines/``).
+    existing tables are used as they are. The statements are :class:`~.sql.LaravelQueries`.
     """
 
     def __init__(
@@ -165,8 +149,9 @@ class LaravelTableStore(TableStore):
         for name in (jobs_table, failed_table):
             check_table_name(name)
         super().__init__(database, options)
-        self.q = self.engine.queries(jobs_table, failed_table)
-        self.jobs_table, self.failed_table = self.q.laravel_jobs, self.q.laravel_failed
+        #: Every statement on the two tables (the bridge's ``sql.py``).
+        self.q = LaravelQueries(self.engine.queries, jobs_table, failed_table)
+        self.jobs_table, self.failed_table = self.q.jobs, self.q.failed
 
     #: The largest ``attempts`` the jobs table's column holds, read from the table when it is
     #: made ready (255 until then, what Laravel 8-12's TINYINT holds on MySQL).
@@ -214,7 +199,7 @@ class LaravelTableStore(TableStore):
         is kept to what the table's column holds (:attr:`attempts_limit`)."""
         self.ensure_ready()  # the column's limit is read as the tables are made ready
         row = self._row(queue, payload, delay, attempts, self.clock())
-        return self._run(lambda tx: self.q.laravel_insert_job(tx, row), single=True)
+        return self._run(lambda tx: self.q.insert_job(tx, row), single=True)
 
     def push_many(self, jobs: Sequence[tuple[str, str, float]]) -> int:
         """Insert ``(queue, payload, delay)`` jobs with multi-row INSERTs in one transaction."""
@@ -236,7 +221,7 @@ class LaravelTableStore(TableStore):
 
         def work(tx: Tx) -> int:
             for chunk in chunks:
-                self.q.laravel_insert_jobs(tx, chunk)
+                self.q.insert_jobs(tx, chunk)
             return len(rows)
 
         return self._run(work, single=len(chunks) == 1)
@@ -260,19 +245,19 @@ class LaravelTableStore(TableStore):
         params = {**params, "limit": n}
         if "names" in params:
             # The oldest few ready rows first; only when none of them is ours, all of them.
-            pop = self.q.laravel_pop_lock_named
-            found = tx.execute(pop, {**params, "window": self.q.LARAVEL_WINDOW}).fetchall()
+            pop = self.q.pop_lock_named
+            found = tx.execute(pop, {**params, "window": self.q.WINDOW}).fetchall()
             if not found:
                 found = tx.execute(pop, {**params, "window": WHOLE_QUEUE}).fetchall()
         else:
-            found = tx.execute(self.q.laravel_pop_lock, params).fetchall()
+            found = tx.execute(self.q.pop_lock, params).fetchall()
         now = params["now"]
         cap = self.attempts_limit
         rows: list[LaravelRow] = []
         for job_id, attempts, *stored in found:
-            tx.execute(self.q.laravel_pop_mark, {"job_id": job_id, "now": now, "cap": cap})
+            tx.execute(self.q.pop_mark, {"job_id": job_id, "now": now, "cap": cap})
             held = min(int(attempts) + 1, cap)
-            payload = self.q.laravel_stored_payload(stored)
+            payload = self.q.stored_payload(stored)
             rows.append(LaravelRow(int(job_id), params["queue"], payload, held, now))
         return rows
 
@@ -311,10 +296,10 @@ class LaravelTableStore(TableStore):
         pops = [self._pop_params(q, retry_after, classes) for q in queues]
 
         def work(tx: Tx) -> tuple[bool, LaravelRow | None]:
-            deleted = tx.execute(self.q.laravel_delete, fence).rowcount == 1
+            deleted = tx.execute(self.q.delete, fence).rowcount == 1
             if deleted:
                 for again in rows:
-                    self.q.laravel_insert_job(tx, again)
+                    self.q.insert_job(tx, again)
             for params in pops:
                 found = self._pop_in(tx, params)
                 if found is not None:
@@ -337,9 +322,9 @@ class LaravelTableStore(TableStore):
         )
 
         def work(tx: Tx) -> bool:
-            if tx.execute(self.q.laravel_delete, fence).rowcount != 1:
+            if tx.execute(self.q.delete, fence).rowcount != 1:
                 return False
-            self.q.laravel_insert_job(tx, again)
+            self.q.insert_job(tx, again)
             return True
 
         return self._run(work)
@@ -358,12 +343,12 @@ class LaravelTableStore(TableStore):
         }
 
         def work(tx: Tx) -> bool:
-            if tx.execute(self.q.laravel_delete, fence).rowcount != 1:
+            if tx.execute(self.q.delete, fence).rowcount != 1:
                 return False
             # failed_jobs.uuid is unique: a job that failed before (queue:retry pushes
             # before it forgets; a uuid dispatched twice) keeps one row, the latest.
-            tx.execute(self.q.laravel_failed_forget, {"uuid": uuid})
-            tx.execute(self.q.laravel_failed_insert, failed)
+            tx.execute(self.q.failed_forget, {"uuid": uuid})
+            tx.execute(self.q.failed_insert, failed)
             return True
 
         return self._run(work)
@@ -373,7 +358,7 @@ class LaravelTableStore(TableStore):
         validate_queue_name(queue)
         return int(
             self._run(
-                lambda tx: tx.execute(self.q.laravel_size, {"queue": queue}).fetchone()[0],
+                lambda tx: tx.execute(self.q.size, {"queue": queue}).fetchone()[0],
                 read_only=True,
                 single=True,
             )
@@ -383,7 +368,7 @@ class LaravelTableStore(TableStore):
         """Rows of ``failed_jobs``, newest first (what ``queue:failed`` lists)."""
 
         def work(tx: Tx) -> list[dict[str, Any]]:
-            tx.execute(self.q.laravel_failed_list)
+            tx.execute(self.q.failed_list)
             return tx.rows()
 
         return self._run(work, read_only=True, single=True)
@@ -410,19 +395,17 @@ class LaravelTableStore(TableStore):
 
     def _held_in(self, tx: Tx, job_id: int, held: int) -> LaravelRow | None:
         """The reservation's row, locked; None when it is no longer held (stale)."""
-        found = tx.execute(self.q.laravel_held, {"job_id": job_id, "held": held}).fetchone()
+        found = tx.execute(self.q.held, {"job_id": job_id, "held": held}).fetchone()
         if found is None:
             return None
         queue, *stored = found
-        return LaravelRow(job_id, str(queue), self.q.laravel_stored_payload(stored), held, 0)
+        return LaravelRow(job_id, str(queue), self.q.stored_payload(stored), held, 0)
 
     def delete_held(self, job_id: int, held: int) -> bool:
         """Delete the job this reservation holds; False when stale."""
         fence = {"job_id": job_id, "held": held}
         return bool(
-            self._run(
-                lambda tx: tx.execute(self.q.laravel_delete, fence).rowcount == 1, single=True
-            )
+            self._run(lambda tx: tx.execute(self.q.delete, fence).rowcount == 1, single=True)
         )
 
     def release_held(self, job_id: int, held: int, delay: float, attempts: int) -> bool:
@@ -433,8 +416,8 @@ class LaravelTableStore(TableStore):
             row = self._held_in(tx, job_id, held)
             if row is None:
                 return False
-            tx.execute(self.q.laravel_delete, {"job_id": job_id, "held": held})
-            self.q.laravel_insert_job(tx, self._row(row.queue, row.payload, delay, attempts, now))
+            tx.execute(self.q.delete, {"job_id": job_id, "held": held})
+            self.q.insert_job(tx, self._row(row.queue, row.payload, delay, attempts, now))
             return True
 
         return self._run(work)
@@ -456,10 +439,10 @@ class LaravelTableStore(TableStore):
             if row is None:
                 return False
             uuid = uuid_of(row.payload)
-            tx.execute(self.q.laravel_delete, {"job_id": job_id, "held": held})
-            tx.execute(self.q.laravel_failed_forget, {"uuid": uuid})
+            tx.execute(self.q.delete, {"job_id": job_id, "held": held})
+            tx.execute(self.q.failed_forget, {"uuid": uuid})
             tx.execute(
-                self.q.laravel_failed_insert,
+                self.q.failed_insert,
                 {
                     "uuid": uuid,
                     "connection": connection,
@@ -482,7 +465,7 @@ class LaravelTableStore(TableStore):
             kept: set[tuple[int, int]] = set()
             for job_id, attempts in held:
                 fence = {"job_id": job_id, "held": attempts, "now": now}
-                if tx.execute(self.q.laravel_touch, fence).rowcount == 1:
+                if tx.execute(self.q.touch, fence).rowcount == 1:
                     kept.add((job_id, attempts))
             return kept
 
@@ -492,18 +475,14 @@ class LaravelTableStore(TableStore):
         """Delete the unreserved jobs of ``queue``; return how many."""
         validate_queue_name(queue)
         return int(
-            self._run(
-                lambda tx: tx.execute(self.q.laravel_purge, {"queue": queue}).rowcount, single=True
-            )
+            self._run(lambda tx: tx.execute(self.q.purge, {"queue": queue}).rowcount, single=True)
         )
 
     def clear(self, queue: str) -> int:
         """Delete every job of ``queue`` (``DatabaseQueue::clear``); return how many."""
         validate_queue_name(queue)
         return int(
-            self._run(
-                lambda tx: tx.execute(self.q.laravel_clear, {"queue": queue}).rowcount, single=True
-            )
+            self._run(lambda tx: tx.execute(self.q.clear, {"queue": queue}).rowcount, single=True)
         )
 
 
@@ -652,28 +631,8 @@ class ExceptionCounter(TableStore):
         options: StoreOptions | None = None,
     ) -> None:
         super().__init__(database, options)
-        metadata = sa.MetaData()
-        self.table = sa.Table(
-            table,
-            metadata,
-            sa.Column("uuid", sa.String(255), primary_key=True),
-            sa.Column("exceptions", sa.Integer, nullable=False),
-            sa.Column("expires_at", sa.BigInteger, nullable=False),
-        )
-        c = self.table.c
-        self._bump = (
-            sa.update(self.table)
-            .where(c.uuid == sa.bindparam("id"), c.expires_at > sa.bindparam("now"))
-            .values(exceptions=c.exceptions + 1)
-        )
-        self._expire = sa.delete(self.table).where(
-            sa.or_(c.uuid == sa.bindparam("id"), c.expires_at <= sa.bindparam("now"))
-        )
-        self._insert = sa.insert(self.table).values(
-            uuid=sa.bindparam("id"), exceptions=1, expires_at=sa.bindparam("expires_at")
-        )
-        self._read = sa.select(c.exceptions).where(c.uuid == sa.bindparam("id"))
-        self._forget = sa.delete(self.table).where(c.uuid == sa.bindparam("id"))
+        self.q = ExceptionCountQueries(table)
+        self.table = self.q.table
 
     def table_specs(self) -> Sequence[TableSpec]:
         hint = "it is created on first use"
@@ -698,18 +657,18 @@ class ExceptionCounter(TableStore):
         params = {"id": uuid, "now": now, "expires_at": now + self.TTL}
 
         def work(tx: Tx) -> int:
-            if tx.execute(self._bump, params).rowcount != 1:
+            if tx.execute(self.q.bump, params).rowcount != 1:
                 # First exception (or an expired count): start afresh, sweeping old counts.
-                tx.execute(self._expire, params)
-                tx.execute(self._insert, params)
-            return int(tx.execute(self._read, params).fetchone()[0])
+                tx.execute(self.q.expire, params)
+                tx.execute(self.q.insert, params)
+            return int(tx.execute(self.q.read, params).fetchone()[0])
 
         return self._run(work)
 
     def forget(self, uuid: str) -> None:
         """Drop the count of job ``uuid`` (it failed, or it is done)."""
         if self._ready:  # never counted: no table to forget from
-            self._run(lambda tx: tx.execute(self._forget, {"id": uuid}), single=True)
+            self._run(lambda tx: tx.execute(self.q.forget, {"id": uuid}), single=True)
 
 
 class LaravelAppTable(TableStore):
@@ -746,28 +705,8 @@ class CacheLocks(LaravelAppTable):
         check_table_name(table)  # before a URL is opened
         super().__init__(database, options)
         self.create_hint = "Laravel's `php artisan cache:table` migration creates it"
-        self.table = sa.Table(
-            table,
-            sa.MetaData(),
-            sa.Column("key", sa.String(255), primary_key=True),
-            sa.Column("owner", sa.String(255), nullable=False),
-            sa.Column("expiration", sa.Integer, nullable=False),
-        )
-        c = self.table.c
-        self._release = sa.delete(self.table).where(c.key == sa.bindparam("key"))
-        self._insert = self.engine.queries.insert_or_nothing(self.table).values(
-            key=sa.bindparam("key"),
-            owner=sa.bindparam("owner"),
-            expiration=sa.bindparam("expiration"),
-        )
-        self._take_over = (
-            sa.update(self.table)
-            .where(
-                c.key == sa.bindparam("key"),
-                sa.or_(c.owner == sa.bindparam("owner"), c.expiration <= sa.bindparam("now")),
-            )
-            .values(owner=sa.bindparam("owner"), expiration=sa.bindparam("expiration"))
-        )
+        self.q = CacheLockQueries(self.engine.queries, table)
+        self.table = self.q.table
 
     def acquire(self, key: str, seconds: int, owner: str | None = None) -> bool:
         """``DatabaseLock::acquire``: take the lock ``key`` (the cache prefix included) for
@@ -782,9 +721,9 @@ class CacheLocks(LaravelAppTable):
         }
 
         def work(tx: Tx) -> bool:
-            if tx.execute(self._insert, params).rowcount == 1:
+            if tx.execute(self.q.insert, params).rowcount == 1:
                 return True
-            return bool(tx.execute(self._take_over, params).rowcount >= 1)
+            return bool(tx.execute(self.q.take_over, params).rowcount >= 1)
 
         return bool(self._run(work))
 
@@ -792,7 +731,9 @@ class CacheLocks(LaravelAppTable):
         """Delete the lock ``key`` (the cache prefix included), whoever owns it; True if one
         was held."""
         return bool(
-            self._run(lambda tx: tx.execute(self._release, {"key": key}).rowcount == 1, single=True)
+            self._run(
+                lambda tx: tx.execute(self.q.release, {"key": key}).rowcount == 1, single=True
+            )
         )
 
 
@@ -832,48 +773,14 @@ class JobBatches(LaravelAppTable):
         check_table_name(table)  # before a URL is opened
         super().__init__(database, options)
         self.create_hint = "Laravel's `php artisan queue:batches-table` migration creates it"
-        self.table = sa.Table(
-            table,
-            sa.MetaData(),
-            sa.Column("id", sa.String(255), primary_key=True),
-            sa.Column("name", sa.String(255), nullable=False),
-            sa.Column("total_jobs", sa.Integer, nullable=False),
-            sa.Column("pending_jobs", sa.Integer, nullable=False),
-            sa.Column("failed_jobs", sa.Integer, nullable=False),
-            sa.Column("failed_job_ids", sa.Text, nullable=False),
-            sa.Column("options", sa.Text, nullable=True),
-            sa.Column("cancelled_at", sa.Integer, nullable=True),
-            sa.Column("created_at", sa.Integer, nullable=False),
-            sa.Column("finished_at", sa.Integer, nullable=True),
-        )
-        c = self.table.c
-        by_id = c.id == sa.bindparam("id")
-        self._find = sa.select(self.table).where(by_id)
-        # DatabaseBatchRepository::updateAtomicValues: the row locked while it is rewritten
-        # (FOR UPDATE on the server engines; SQLite's claim transaction is the only writer).
-        self._lock = sa.select(c.pending_jobs, c.failed_jobs, c.failed_job_ids).where(by_id)
-        self._lock = self._lock.with_for_update()
-        self._counts = (
-            sa.update(self.table)
-            .where(by_id)
-            .values(
-                pending_jobs=sa.bindparam("pending"),
-                failed_jobs=sa.bindparam("failed"),
-                failed_job_ids=sa.bindparam("failed_ids"),
-            )
-        )
-        self._finish = sa.update(self.table).where(by_id).values(finished_at=sa.bindparam("now"))
-        self._cancel = (
-            sa.update(self.table)
-            .where(by_id)
-            .values(cancelled_at=sa.bindparam("now"), finished_at=sa.bindparam("now"))
-        )
+        self.q = BatchQueries(table)
+        self.table = self.q.table
 
     def find(self, batch_id: str) -> dict[str, Any] | None:
         """The batch's row (``options`` as stored), or None."""
 
         def work(tx: Tx) -> dict[str, Any] | None:
-            tx.execute(self._find, {"id": batch_id})
+            tx.execute(self.q.find, {"id": batch_id})
             found = tx.rows()
             return found[0] if found else None
 
@@ -889,7 +796,7 @@ class JobBatches(LaravelAppTable):
         now = self._now()
 
         def work(tx: Tx) -> BatchCounts | None:
-            row = tx.execute(self._lock, {"id": batch_id}).fetchone()
+            row = tx.execute(self.q.lock, {"id": batch_id}).fetchone()
             if row is None:
                 return None
             pending, failed, raw_ids = int(row[0]), int(row[1]), row[2]
@@ -912,171 +819,13 @@ class JobBatches(LaravelAppTable):
                 "failed_ids": json.dumps(ids, separators=(",", ":")).replace("/", "\\/"),
                 "now": now,
             }
-            tx.execute(self._counts, params)
+            tx.execute(self.q.counts, params)
             finished = succeeded and pending == 0
             cancelled = not succeeded and failed == 1 and not allow_failures
             if finished:
-                tx.execute(self._finish, params)
+                tx.execute(self.q.finish, params)
             if cancelled:
-                tx.execute(self._cancel, params)
+                tx.execute(self.q.cancel, params)
             return BatchCounts(pending, failed, finished, cancelled)
 
         return self._run(work)
-
-
-class LaravelAdmin:
-    """``kombu_sqlqueue.store.admin.QueueAdmin`` over Laravel's ``jobs``/``failed_jobs``
-    (what ``queue:failed``, ``queue:retry``, ``queue:forget``, ``queue:flush`` and
-    ``queue:clear`` do, plus the figures Laravel's ``queue:monitor`` would want).
-
-    ``retry_after`` is the connection's: a reservation older than that counts as ready
-    (Laravel's workers take it back), a younger one as reserved. A retried job is pushed
-    as ``queue:retry`` pushes it (attempts 0, ``Payload.for_retry``) and forgotten in the
-    same transaction.
-    """
-
-    layout = "laravel"
-
-    def __init__(self, store: LaravelTableStore, retry_after: float = 90) -> None:
-        self._store = store
-        self.retry_after = retry_after
-        self.tables = (store.jobs_table.name, store.failed_table.name)
-
-    def _params(self) -> dict[str, Any]:
-        now = self._store._now()
-        return {"now": now, "expired": now - int(self.retry_after)}
-
-    def stats(self) -> list[QueueStats]:
-        s, params = self._store, self._params()
-
-        def work(tx: Tx) -> tuple[list[Any], list[Any]]:
-            jobs = tx.execute(s.q.laravel_stats, params).fetchall()
-            return jobs, tx.execute(s.q.laravel_failed_counts).fetchall()
-
-        jobs, dead = s._run(work, read_only=True)
-        return merge_stats(params["now"], jobs, dead)
-
-    def attempts(self) -> dict[str, dict[int, int]]:
-        return group_attempts(read_rows(self._store, self._store.q.laravel_attempts))
-
-    def is_known(self, queue: str) -> bool:
-        validate_queue_name(queue)
-        ((found,),) = read_rows(self._store, self._store.q.laravel_known, {"queue": queue})
-        return bool(found)
-
-    def peek(self, queue: str, n: int) -> list[WaitingJob]:
-        validate_queue_name(queue)
-        s = self._store
-        params = {**self._params(), "queue": queue, "n": max(0, int(n))}
-        return [
-            WaitingJob(int(i), str(q), s.q.laravel_stored_payload(p), int(a), int(at), int(c))
-            for i, q, a, at, c, *p in read_rows(s, s.q.laravel_peek, params)
-        ]
-
-    # Laravel's jobs table has no column for a holder: holds are anonymous there.
-    def held(self, queue: str, n: int) -> list[WaitingJob]:
-        raise ConfigurationError(
-            f"Laravel's {self.tables[0]} table records no holder; --held reads contract v1's"
-        )
-
-    def holders(self) -> list[Holding]:
-        return []
-
-    def release_holder(self, holder: str, queue: str | None = None) -> int:
-        raise ConfigurationError(
-            f"Laravel's {self.tables[0]} table records no holder: a reservation comes back "
-            "after the connection's retry_after"
-        )
-
-    def _failed(self, rows: Sequence[Any]) -> list[FailedJob]:
-        return [
-            FailedJob(
-                id=int(i),
-                uuid=u,
-                queue=str(q),
-                payload=self._store.q.laravel_stored_payload(p),
-                exception=e,
-                failed_at=unix_timestamp(f),
-                connection=c,
-            )
-            for i, u, q, e, f, c, *p in rows
-        ]
-
-    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
-        s = self._store
-        params: dict[str, Any] = {"limit": max(0, int(limit))}
-        query = s.q.laravel_failed_recent
-        if queue is not None:
-            validate_queue_name(queue)
-            params["queue"] = queue
-            query = s.q.laravel_failed_recent_queue
-        return self._failed(read_rows(s, query, params))
-
-    def find_failed(self, ref: str) -> list[FailedJob]:
-        return self._failed(read_rows(self._store, self._store.q.laravel_failed_find, row_ref(ref)))
-
-    def failed_ids(self, queue: str | None = None) -> list[int]:
-        s = self._store
-        params: dict[str, Any] = {}
-        query = s.q.laravel_failed_ids
-        if queue is not None:
-            validate_queue_name(queue)
-            params["queue"] = queue
-            query = s.q.laravel_failed_ids_queue
-        return [int(i) for (i,) in read_rows(s, query, params)]
-
-    def retry_failed(self, ids: Sequence[int]) -> int:
-        s = self._store
-
-        def retry(tx: Tx, job_id: int, now: int) -> bool:
-            found = tx.execute(s.q.laravel_failed_find, {"id": job_id, "uuid": None}).fetchone()
-            if found is None:
-                return False
-            (row,) = self._failed([found])
-            payload = row.payload
-            try:
-                rewritten = Payload.parse(payload).for_retry(now)
-            except PayloadError:  # pushed back as stored: its reader fails it again
-                rewritten = None
-            if rewritten is not None:
-                payload = rewritten.to_json()
-            s.q.laravel_insert_job(tx, s._row(row.queue, payload, 0.0, 0, now))
-            tx.execute(s.q.laravel_failed_delete, {"id": job_id})
-            return True
-
-        return per_row(s, ids, retry)
-
-    def forget_failed(self, ids: Sequence[int]) -> int:
-        s = self._store
-        return per_row(
-            s,
-            ids,
-            lambda tx, i, _now: tx.execute(s.q.laravel_failed_delete, {"id": i}).rowcount == 1,
-        )
-
-    def flush_failed(self, older_than: float | None = None, queue: str | None = None) -> int:
-        s = self._store
-        before = datetime.fromtimestamp(cutoff(s._now(), older_than), UTC).replace(tzinfo=None)
-        params: dict[str, Any] = {"before": before}
-        query = s.q.laravel_failed_flush
-        if queue is not None:
-            validate_queue_name(queue)
-            params["queue"] = queue
-            query = s.q.laravel_failed_flush_queue
-        return int(s._run(lambda tx: tx.execute(query, params).rowcount, single=True))
-
-    def purge(self, queue: str) -> int:
-        return self._store.purge(queue)
-
-    def close(self) -> None:
-        self._store.close()
-
-
-def unix_timestamp(value: Any) -> int:
-    """``failed_at`` (a TIMESTAMP Laravel writes in UTC, read back as a naive datetime, or
-    SQLite's text of one) as unix seconds."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        return int(value.replace(tzinfo=value.tzinfo or UTC).timestamp())
-    return int(value)

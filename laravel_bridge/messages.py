@@ -62,7 +62,6 @@ from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .job import CLOSURE_COMMAND, MalformedJob, _set, chain_successor, parse_job
 from .laravel_tables import (
-    MAX_LARAVEL_ATTEMPTS,
     ExceptionCounter,
     JobBatches,
     LaravelDeliveries,
@@ -87,6 +86,7 @@ from .rules import (
     exceeded_before_start,
     out_of_attempts,
 )
+from .sql import MAX_LARAVEL_ATTEMPTS
 from .tables import LAYOUTS, PushJob, ReservedJob
 from .worker import storable_text
 

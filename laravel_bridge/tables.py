@@ -19,7 +19,6 @@ from typing import Literal, Protocol, TypeVar
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
-    ExceptionCounts,
     JobContract,
     JobStore,
     NewJob,
@@ -30,11 +29,10 @@ from kombu_sqlqueue.store import (
 from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.enlist import Joinable, current, joined_or_own
 from kombu_sqlqueue.store.holders import recover_dead_holds
-from kombu_sqlqueue.store.memory import MemoryExceptionCounter, MemoryJobStore, is_memory_url
+from kombu_sqlqueue.store.memory import MemoryJobStore, is_memory_url
 
 from .exceptions import LaravelBridgeError
 from .laravel_tables import (
-    MAX_LARAVEL_ATTEMPTS,
     BatchCounts,
     CacheLocks,
     ExceptionCounter,
@@ -42,6 +40,7 @@ from .laravel_tables import (
     LaravelRow,
     LaravelTableStore,
 )
+from .sql import MAX_LARAVEL_ATTEMPTS
 
 __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
@@ -180,6 +179,62 @@ class JobTable(Protocol):
     def close(self) -> None:
         """Close the table's connections."""
         ...
+
+
+class ExceptionCounts(Protocol):
+    """Laravel's ``maxExceptions`` counts, shared by the workers of one store
+    (``laravel_tables.ExceptionCounter``, ``MemoryExceptionCounter``)."""
+
+    def increment(self, uuid: str) -> int:
+        """Count one more exception of job ``uuid``; return the count."""
+        ...
+
+    def forget(self, uuid: str) -> None:
+        """Drop the count of job ``uuid``."""
+        ...
+
+    def close(self) -> None:
+        """Release what the counter holds."""
+        ...
+
+
+class MemoryExceptionCounter:
+    """Laravel's ``maxExceptions`` counts beside a memory store's jobs, with
+    ``laravel_tables.ExceptionCounter``'s rules (a count lasts a day from its first
+    exception), read on the store's clock."""
+
+    #: Laravel keeps a count for a day after it was first written.
+    TTL = ExceptionCounter.TTL
+
+    def __init__(self, store: MemoryJobStore) -> None:
+        self._store = store
+        #: uuid -> (count, expires_at), shared by every store of the memory name.
+        self._lock, self._counts = store.beside(
+            "laravel_exception_counts", dict[str, tuple[int, int]]
+        )
+
+    def increment(self, uuid: str) -> int:
+        """Count one more exception of job ``uuid``; return the count."""
+        now = int(self._store.clock())
+        counts = self._counts
+        with self._lock:
+            count, expires_at = counts.get(uuid, (0, now))
+            if count and expires_at > now:
+                counts[uuid] = (count + 1, expires_at)
+                return count + 1
+            # First exception (or an expired count): start afresh, sweeping old counts.
+            for key in [k for k, (_c, e) in counts.items() if e <= now]:
+                del counts[key]
+            counts[uuid] = (1, now + self.TTL)
+            return 1
+
+    def forget(self, uuid: str) -> None:
+        """Drop the count of job ``uuid`` (it failed, or it is done)."""
+        with self._lock:
+            self._counts.pop(uuid, None)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class _CounterMixin:

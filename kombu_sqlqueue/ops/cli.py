@@ -2,10 +2,10 @@
 
 Every command takes the database as its first argument: a Celery ``broker_url`` pasted as
 is (``sqlqueue+sqlite:///queue.db``) or a plain SQLAlchemy URL, and ``--layout`` where
-it applies (``askr``, contract v1's tables, the default; ``laravel``, Laravel's
-``jobs``/``failed_jobs``). Tables for people; ``--json`` for scripts. Bad input is one
-line on stderr starting ``error:`` and exit status 2; nothing is created by a command
-other than ``create-tables``.
+it applies (``askr``, contract v1's tables, the default; or a layout an installed
+package registers: ``kombu_sqlqueue.store.layouts``). Tables for people; ``--json`` for
+scripts. Bad input is one line on stderr starting ``error:`` and exit status 2; nothing
+is created by a command other than ``create-tables``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,15 @@ from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.database import schema_ddl
+from ..store.layouts import (
+    CONTRACT_LAYOUT,
+    LayoutSettings,
+    installed_layouts,
+    loaded_layouts,
+    table_layout,
+)
 from ..store.schema import CONTRACT_VERSION
-from .connect import LAYOUTS, open_admin, store_url
+from .connect import open_admin, store_url
 from .summary import summarize
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,27 +45,48 @@ F = TypeVar("F", bound=Callable[..., Any])
 RETRY_STEP = 10_000
 
 
+def _check_layout(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``--layout``: contract v1's, or an installed one (a missing one says so, and what is
+    installed, before anything is opened)."""
+    if value != CONTRACT_LAYOUT:
+        try:
+            table_layout(value)
+        except SqlQueueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+def _layout_help() -> str:
+    shown = [f"{CONTRACT_LAYOUT}: contract v1's askr_jobs/askr_failed_jobs"]
+    shown += [f"{layout.name}: {layout.description}" for layout in installed_layouts()]
+    return "; ".join(shown) + "."
+
+
 def _layout_options(command: F) -> F:
-    """``--layout`` and Laravel's table settings (read only with ``--layout laravel``)."""
+    """``--layout`` and the settings a layout with configurable tables reads (contract v1's
+    tables have fixed names: it reads none)."""
     options = [
         click.option(
             "--layout",
-            type=click.Choice(LAYOUTS),
-            default="askr",
+            default=CONTRACT_LAYOUT,
             show_default=True,
-            help="askr: contract v1's askr_jobs/askr_failed_jobs; laravel: Laravel's "
-            "jobs/failed_jobs.",
+            callback=_check_layout,
+            help=_layout_help(),
         ),
-        click.option("--jobs-table", default="jobs", show_default=True, help="Laravel layout."),
         click.option(
-            "--failed-table", default="failed_jobs", show_default=True, help="Laravel layout."
+            "--jobs-table", default=None, help="Another layout's jobs table [default: its own]."
+        ),
+        click.option(
+            "--failed-table",
+            default=None,
+            help="Another layout's failed-jobs table [default: its own].",
         ),
         click.option(
             "--retry-after",
-            default=90.0,
-            show_default=True,
-            help="Laravel layout: the connection's retry_after (a reservation older than "
-            "this counts as ready again).",
+            type=float,
+            default=None,
+            help="Another layout's seconds after which a reservation counts as ready again "
+            "(a queue connection's retry_after) [default: its own].",
         ),
     ]
     for option in reversed(options):
@@ -66,14 +94,17 @@ def _layout_options(command: F) -> F:
     return command
 
 
-def _admin(kw: dict[str, Any], url: str) -> QueueAdmin:
-    return open_admin(
-        url,
-        kw.pop("layout"),
+def _settings(kw: dict[str, Any]) -> LayoutSettings:
+    return LayoutSettings(
         jobs_table=kw.pop("jobs_table"),
         failed_table=kw.pop("failed_table"),
         retry_after=kw.pop("retry_after"),
     )
+
+
+def _admin(kw: dict[str, Any], url: str) -> QueueAdmin:
+    layout = kw.pop("layout")
+    return open_admin(url, layout, _settings(kw))
 
 
 def _when(unix: float) -> str:
@@ -142,7 +173,7 @@ def _check_queues(admin: QueueAdmin, queues: Iterable[str]) -> None:
     message=f"%(prog)s %(version)s (durable queue contract v{CONTRACT_VERSION})",
 )
 def main() -> None:
-    """See and steer kombu-sqlqueue's queues (and Laravel's database queue) without SQL."""
+    """See and steer kombu-sqlqueue's queues (and an installed layout's tables) without SQL."""
 
 
 @main.command("create-tables")
@@ -151,30 +182,25 @@ def main() -> None:
 @click.option("--sql", is_flag=True, help="Print this engine's DDL instead; connect to nothing.")
 def create_tables(url: str, sql: bool, **kw: Any) -> None:
     """Create the queue tables (idempotent), or print their DDL with --sql."""
-    layout, jobs, failed = kw["layout"], kw["jobs_table"], kw["failed_table"]
+    layout = kw.pop("layout")
     database = store_url(url, must_exist=False)
+    other = table_layout(layout) if layout != CONTRACT_LAYOUT else None
     if sql:
-        click.echo("\n\n".join(schema_ddl(database, layout, jobs_table=jobs, failed_table=failed)))
+        ddl = other.ddl(database, _settings(kw)) if other else schema_ddl(database)
+        click.echo("\n\n".join(ddl))
         return
-    if layout == "askr":
-        store = JobStore(database, StoreOptions(create_tables=True))
-        try:
-            store.create_schema()
-        finally:
-            store.close()
-        click.echo(
-            "tables ready: askr_jobs, askr_failed_jobs, askr_bindings, askr_queues "
-            f"(durable queue contract v{CONTRACT_VERSION})"
-        )
+    if other is not None:
+        click.echo(other.create_tables(database, _settings(kw)))
         return
-    from laravel_bridge.laravel_tables import LaravelTableStore
-
-    tables = LaravelTableStore(database, jobs_table=jobs, failed_table=failed)
+    store = JobStore(database, StoreOptions(create_tables=True))
     try:
-        tables.create_schema()
+        store.create_schema()
     finally:
-        tables.close()
-    click.echo(f"tables ready: {jobs}, {failed} (Laravel's database queue)")
+        store.close()
+    click.echo(
+        "tables ready: askr_jobs, askr_failed_jobs, askr_bindings, askr_queues "
+        f"(durable queue contract v{CONTRACT_VERSION})"
+    )
 
 
 def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
@@ -642,8 +668,8 @@ def backlog(url: str, queues: tuple[str, ...], as_json: bool) -> None:
 def dead_letters(ctx: click.Context, url: str, queue: str | None, limit: int) -> None:
     """`failed list` (its old name)."""
     ctx.invoke(
-        failed_list, url=url, queue=queue, limit=limit, as_json=False, layout="askr",
-        jobs_table="jobs", failed_table="failed_jobs", retry_after=90.0,
+        failed_list, url=url, queue=queue, limit=limit, as_json=False, layout=CONTRACT_LAYOUT,
+        jobs_table=None, failed_table=None, retry_after=None,
     )  # fmt: skip
 
 
@@ -785,12 +811,17 @@ def _move(
 
 
 def run() -> None:
-    """Entry point: our errors (and the bridge's) become one clear line and exit status 2."""
-    from laravel_bridge.exceptions import LaravelBridgeError
-
+    """Entry point: our errors (and those of the layout in use) become one clear line and
+    exit status 2."""
     try:
         main(standalone_mode=True)
-    except (SqlQueueError, LaravelBridgeError) as exc:
+    except Exception as exc:
+        ours: tuple[type[Exception], ...] = (
+            SqlQueueError,
+            *(error for layout in loaded_layouts() for error in layout.errors),
+        )
+        if not isinstance(exc, ours):
+            raise
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:

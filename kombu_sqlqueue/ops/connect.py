@@ -1,16 +1,15 @@
 """Opening a database's queue tables for an operator: a broker URL or a plain SQLAlchemy
-URL, either table layout, never creating what is not there."""
+URL, contract v1's tables or an installed layout's, never creating what is not there."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..exceptions import ConfigurationError, DatabaseMissing
+from ..exceptions import DatabaseMissing
 from ..store import JobStore, StoreOptions, parse_store_url
 from ..store.admin import QueueAdmin
+from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, table_layout
 
-#: The table layouts: contract v1's ``askr_*`` tables, or Laravel's ``jobs``/``failed_jobs``.
-LAYOUTS = ("askr", "laravel")
 _PREFIX = "sqlqueue+"
 
 
@@ -34,39 +33,23 @@ def store_url(url: str, *, must_exist: bool = True) -> str:
 
 
 def open_admin(
-    url: str,
-    layout: str = "askr",
-    *,
-    jobs_table: str = "jobs",
-    failed_table: str = "failed_jobs",
-    retry_after: float = 90,
+    url: str, layout: str = CONTRACT_LAYOUT, settings: LayoutSettings | None = None
 ) -> QueueAdmin:
     """The operator's verbs on the ``layout`` tables at ``url``; tables are verified, never
     created (:class:`~kombu_sqlqueue.exceptions.SchemaMismatch` names what is missing).
 
-    ``jobs_table``, ``failed_table`` and ``retry_after`` are Laravel's (layout ``laravel``):
-    its ``queue.connections.database.table``, ``queue.failed.table`` and ``retry_after``.
+    ``layout``: contract v1's (``askr``) or one an installed package registers
+    (:mod:`kombu_sqlqueue.store.layouts`), which reads ``settings`` (its table names, its
+    reservations' lifetime).
     """
     database = store_url(url)
     options = StoreOptions(create_tables=False)
-    if layout == "askr":
-        store = JobStore(database, options)
-        try:
-            store.ensure_ready()
-        except BaseException:
-            store.close()
-            raise
-        return store.admin
-    if layout == "laravel":
-        from laravel_bridge.laravel_tables import LaravelAdmin, LaravelTableStore
-
-        tables = LaravelTableStore(
-            database, jobs_table=jobs_table, failed_table=failed_table, options=options
-        )
-        try:
-            tables.ensure_ready()
-        except BaseException:
-            tables.close()
-            raise
-        return LaravelAdmin(tables, retry_after)
-    raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout != CONTRACT_LAYOUT:
+        return table_layout(layout).open_admin(database, settings or LayoutSettings(), options)
+    store = JobStore(database, options)
+    try:
+        store.ensure_ready()
+    except BaseException:
+        store.close()
+        raise
+    return store.admin

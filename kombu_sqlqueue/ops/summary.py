@@ -1,64 +1,45 @@
 """A stored job as a person reads it: what will run and with what, abbreviated.
 
 A row of contract v1's table holds a Kombu message (a Celery task: its name, args and
-kwargs) or, for the Laravel bridge, a Laravel payload; a row of Laravel's table holds a
-Laravel payload (its class and properties). A row neither reads as is shown as such,
-with the reason: summarizing never raises.
+kwargs) or a payload of another runtime that an installed layout reads; a row of that
+layout's own table, its payload (the layout summarizes it). A row nothing reads is shown
+as such, with the reason: summarizing never raises.
 """
 
 from __future__ import annotations
 
 import json
-import reprlib
-from dataclasses import dataclass
 from typing import Any
 
 from kombu.transport.virtual.base import Base64
 
 from ..envelope import read_message
 from ..exceptions import MalformedMessage
+from ..store.layouts import CONTRACT_LAYOUT, JobSummary, installed_layouts, short, table_layout
 
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = 40
-_SHORT.maxother = 40
-_SHORT.maxlevel = 3
-_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = 6
+__all__ = ["JobSummary", "short", "summarize"]
+
 _CODECS = {"base64": Base64()}
 
 
-def short(value: Any) -> str:
-    """``repr(value)``, abbreviated."""
-    return _SHORT.repr(value)
-
-
-@dataclass(frozen=True, slots=True)
-class JobSummary:
-    """``kind``: ``celery``, ``kombu``, ``laravel`` or ``unreadable``; ``name``: the task or
-    class; ``detail``: its arguments (or content type and body; or why it is unreadable)."""
-
-    kind: str
-    name: str
-    detail: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "name": self.name, "detail": self.detail}
-
-
-def summarize(payload: bytes | str, layout: str = "askr") -> JobSummary:
-    """What ``payload`` (a stored row's) runs, for ``peek`` and ``failed show``."""
-    if layout == "askr":
-        raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
-        try:
-            return _kombu(read_message(raw, _CODECS))
-        except MalformedMessage as exc:
-            kombu_error = str(exc)
-        except Exception as exc:  # a codec's own error: still only a summary
-            kombu_error = f"{type(exc).__name__}: {exc}"
-        laravel = _laravel(payload)
-        if laravel.kind == "laravel":
-            return laravel
-        return JobSummary("unreadable", "-", kombu_error)
-    return _laravel(payload)
+def summarize(payload: bytes | str, layout: str = CONTRACT_LAYOUT) -> JobSummary:
+    """What ``payload`` (a stored row's) runs, for ``peek`` and ``failed show``: on
+    contract v1's tables a Kombu message, or else a payload an installed layout reads (a
+    package's worker may keep its own payloads there); on another layout's, that layout's."""
+    if layout != CONTRACT_LAYOUT:
+        return table_layout(layout).summarize(payload)
+    raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+    try:
+        return _kombu(read_message(raw, _CODECS))
+    except MalformedMessage as exc:
+        kombu_error = str(exc)
+    except Exception as exc:  # a codec's own error: still only a summary
+        kombu_error = f"{type(exc).__name__}: {exc}"
+    for other in installed_layouts():
+        found = other.summarize(payload)
+        if found.kind != "unreadable":
+            return found
+    return JobSummary("unreadable", "-", kombu_error)
 
 
 def _kombu(message: dict[str, Any]) -> JobSummary:
@@ -96,21 +77,3 @@ def _body(message: dict[str, Any]) -> Any:
         return json.loads(body)
     except Exception:  # shown as stored instead
         return None
-
-
-def _laravel(payload: bytes | str) -> JobSummary:
-    from laravel_bridge.exceptions import LaravelBridgeError
-    from laravel_bridge.payload import Payload
-
-    try:
-        parsed = Payload.parse(payload)
-    except LaravelBridgeError as exc:
-        return JobSummary("unreadable", "-", str(exc))
-    name = parsed.display_name or parsed.job
-    if parsed.is_encrypted:
-        return JobSummary("laravel", name, "(encrypted: needs APP_KEY)")
-    try:
-        properties = parsed.command().properties
-    except Exception as exc:  # a command PHP wrote that we cannot read: still a summary
-        return JobSummary("laravel", name, f"(command unreadable: {exc})")
-    return JobSummary("laravel", name, short(properties))

@@ -1,6 +1,6 @@
 """What operators read and steer: every queue's figures, the next jobs, the dead letters
 (list, show, retry, forget, flush) and purges — on contract v1's tables here
-(:class:`ContractAdmin`), on Laravel's in ``laravel_bridge.laravel_tables.LaravelAdmin``;
+(:class:`ContractAdmin`), on a registered layout's in its package (:mod:`.layouts`);
 both satisfy :class:`QueueAdmin`, which the operator CLI and the metrics exporter use.
 
 Not part of the job contract: a worker never calls it. Reads are cheap by design (one
@@ -64,7 +64,7 @@ class WaitingJob:
 
 @dataclass(frozen=True, slots=True)
 class FailedJob:
-    """A dead letter (``askr_failed_jobs``) or a row of Laravel's ``failed_jobs``."""
+    """A dead letter (``askr_failed_jobs``) or a row of another layout's failed-jobs table."""
 
     id: int
     uuid: str | None
@@ -80,9 +80,9 @@ class FailedJob:
 
 
 class QueueAdmin(Protocol):
-    """The operator's verbs on one table layout (``askr`` or ``laravel``)."""
+    """The operator's verbs on one table layout (contract v1's ``askr``, or a registered one)."""
 
-    #: ``askr`` (contract v1) or ``laravel``.
+    #: ``askr`` (contract v1) or a registered layout's name.
     layout: str
     #: The jobs table and the failed table, as named in this database.
     tables: tuple[str, str]

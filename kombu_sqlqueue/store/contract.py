@@ -1,6 +1,6 @@
 """The job store's interface, as its callers use it, and the one way to open a store.
 
-:class:`JobContract` is what the Kombu transport and the Laravel bridge need of a store;
+:class:`JobContract` is what the Kombu transport and a layout package's worker need of a store;
 :class:`~.store.JobStore` (SQL) and :class:`~.memory.MemoryJobStore` (this process's
 memory) both satisfy it, and :func:`open_store` picks one by URL.
 """
@@ -234,24 +234,6 @@ class JobContract(Protocol):
 
     def close(self) -> None:
         """Release connections (the data stays)."""
-        ...
-
-
-class ExceptionCounts(Protocol):
-    """Laravel's ``maxExceptions`` counts, shared by the workers of one store
-    (``laravel_bridge.laravel_tables.ExceptionCounter``,
-    :class:`~.memory.MemoryExceptionCounter`)."""
-
-    def increment(self, uuid: str) -> int:
-        """Count one more exception of job ``uuid``; return the count."""
-        ...
-
-    def forget(self, uuid: str) -> None:
-        """Drop the count of job ``uuid``."""
-        ...
-
-    def close(self) -> None:
-        """Release what the counter holds."""
         ...
 
 

@@ -3,7 +3,7 @@
 :class:`Database` is one URL opened once: our engine (connection hooks, limits),
 SQLAlchemy's engine and pool (``db``), and the one :class:`~.executor.Executor`.
 :class:`TableStore` is the base of every store (the contract-v1 ``JobStore``,
-Laravel's ``LaravelTableStore``, the ``ExceptionCounter``): it runs work in one
+another layout's, the tables a package keeps beside them): it runs work in one
 transaction, creates or verifies its tables once, and reads one clock. Stores
 opened on the same :class:`Database` share its pool.
 """
@@ -313,15 +313,13 @@ class TableStore:
             self.database.close()
 
 
-def schema_ddl(
-    url: str, layout: str = "askr", *, jobs_table: str = "jobs", failed_table: str = "failed_jobs"
-) -> list[str]:
-    """The statements that create ``layout``'s tables (``askr``: contract v1's and ours;
-    ``laravel``: Laravel's ``jobs``/``failed_jobs``) on ``url``'s engine, for a DBA who
-    applies schema by hand. Nothing connects to the database."""
+def schema_ddl(url: str, metadata: sa.MetaData | None = None) -> list[str]:
+    """The statements that create ``metadata``'s tables (None: contract v1's and ours) on
+    ``url``'s engine, for a DBA who applies schema by hand. Nothing connects to the
+    database."""
     engine_cls, parsed = parse_store_url(url)
-    queries = engine_cls.queries(jobs_table, failed_table)
-    metadata = queries.metadata if layout == "askr" else queries.laravel_jobs.metadata
+    if metadata is None:
+        metadata = engine_cls.queries().metadata
     statements: list[str] = []
 
     def record(sql: sa.schema.ExecutableDDLElement, *_args: object, **_kw: object) -> None:

@@ -215,7 +215,7 @@ class Executor:
         """The cached compiled form of ``stmt``.
 
         Keyed by the statement's id, and the entry keeps the statement alive: statements
-        built per store (Laravel's, per table pair) on a shared :class:`~.database.Database`
+        built per store (a layout's, per table pair) on a shared :class:`~.database.Database`
         must not hand their id, and so their SQL, to a later store's statement.
         """
         cache_key = id(stmt) if key is None else key

@@ -4,8 +4,8 @@
 claim order, visibility timeout, fenced settlements, attempts and dead letters, time to
 live, backlog and size, and the topology (bindings, queue records) — each verb mirroring
 its statement in ``engines/base.py``. It is the conformance suite's fourth engine, and lets
-the Kombu transport (``sqlqueue+memory://``) and the Laravel worker
-(``open_table("memory://…", layout="askr")``) be tested without a database, as dramatiq's
+the Kombu transport (``sqlqueue+memory://``) and a worker on contract v1's layout (the
+bridge's ``open_table("memory://…", layout="askr")``) be tested without a database, as dramatiq's
 ``StubBroker`` or procrastinate's ``InMemoryConnector`` do.
 
 **One process only.** The data lives in this interpreter, shared by every store opened on
@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
@@ -52,6 +52,8 @@ from .model import (
     this_instance,
 )
 from .names import validate_queue_name
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +137,8 @@ class _Space:
         self.last_dead_id = 0
         self.bindings: dict[tuple[str, str, str], _Binding] = {}
         self.queues: dict[str, _QueueRecord] = {}
-        #: Laravel's ``maxExceptions`` counts: uuid -> (count, expires_at).
-        self.exception_counts: dict[str, tuple[int, int]] = {}
+        #: What another package keeps beside this name's jobs (``MemoryJobStore.beside``).
+        self.beside: dict[str, Any] = {}
         #: (queue, dedupe key) → when first written (``askr_dedupe``).
         self.dedupe: dict[tuple[str, str], int] = {}
         #: Wake-ups so far, and the number of the last one per queue.
@@ -236,6 +238,16 @@ class MemoryJobStore:
 
     def _now(self) -> int:
         return int(self.clock())
+
+    def beside(self, key: str, new: Callable[[], T]) -> tuple[threading.Lock, T]:
+        """The value another package keeps under ``key`` beside this name's jobs (made
+        with ``new`` the first time), shared by every store of the name, and the lock
+        that guards it (a layout's own state, as a table beside the queue's would be)."""
+        with self._space.lock:
+            found = self._space.beside.get(key)
+            if found is None:
+                found = self._space.beside[key] = new()
+            return self._space.lock, found
 
     # -- schema: nothing to create -------------------------------------------------------
 
@@ -774,38 +786,3 @@ def _message_ttl(record: _QueueRecord | None) -> float | None:
     if record is None or record.message_ttl_ms is None:
         return None
     return record.message_ttl_ms / 1000.0
-
-
-class MemoryExceptionCounter:
-    """Laravel's ``maxExceptions`` counts in a memory store's name, with
-    ``laravel_bridge.laravel_tables.ExceptionCounter``'s rules (a count lasts a day from its first
-    exception), read on the store's clock."""
-
-    #: Laravel keeps a count for a day after it was first written.
-    TTL = 86400
-
-    def __init__(self, store: MemoryJobStore) -> None:
-        self._store = store
-
-    def increment(self, uuid: str) -> int:
-        """Count one more exception of job ``uuid``; return the count."""
-        now = self._store._now()
-        counts = self._store._space.exception_counts
-        with self._store._space.lock:
-            count, expires_at = counts.get(uuid, (0, now))
-            if count and expires_at > now:
-                counts[uuid] = (count + 1, expires_at)
-                return count + 1
-            # First exception (or an expired count): start afresh, sweeping old counts.
-            for key in [k for k, (_c, e) in counts.items() if e <= now]:
-                del counts[key]
-            counts[uuid] = (1, now + self.TTL)
-            return 1
-
-    def forget(self, uuid: str) -> None:
-        """Drop the count of job ``uuid`` (it failed, or it is done)."""
-        with self._store._space.lock:
-            self._store._space.exception_counts.pop(uuid, None)
-
-    def close(self) -> None:
-        """Nothing to release."""

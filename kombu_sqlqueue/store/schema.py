@@ -22,8 +22,6 @@ compatibility rule:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -188,67 +186,3 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         mysql_collate="utf8mb4_bin",
     )
     return metadata, jobs, failed
-
-
-# -- Laravel's queue tables ---------------------------------------------------------------
-
-#: Laravel's ``jobs.attempts`` is ``unsignedTinyInteger``: 255 is the most it holds.
-MAX_LARAVEL_ATTEMPTS = 255
-
-# Laravel's longText: TEXT elsewhere, LONGTEXT on MySQL (its TEXT stops at 64 KiB).
-_LongText = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-_Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-_Unsigned = sa.Integer().with_variant(mysql.INTEGER(unsigned=True), "mysql", "mariadb")
-_Attempts = sa.SmallInteger().with_variant(mysql.TINYINT(unsigned=True), "mysql", "mariadb")
-
-
-def laravel_tables(jobs: str = "jobs", failed: str = "failed_jobs") -> tuple[sa.Table, sa.Table]:
-    """The two tables as Laravel 8's queue migrations create them (``queue:table``,
-    ``queue:failed-table``)."""
-    metadata = sa.MetaData()
-    mysql_opts: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_unicode_ci"}
-    jobs_table = sa.Table(
-        jobs,
-        metadata,
-        sa.Column("id", _Id, primary_key=True, autoincrement=True),
-        sa.Column("queue", sa.String(255), nullable=False, index=True),
-        sa.Column("payload", _LongText, nullable=False),
-        sa.Column("attempts", _Attempts, nullable=False),
-        sa.Column("reserved_at", _Unsigned, nullable=True),
-        sa.Column("available_at", _Unsigned, nullable=False),
-        sa.Column("created_at", _Unsigned, nullable=False),
-        sqlite_autoincrement=True,
-        **mysql_opts,
-    )
-    failed_table = sa.Table(
-        failed,
-        metadata,
-        sa.Column("id", _Id, primary_key=True, autoincrement=True),
-        sa.Column("uuid", sa.String(255), nullable=False, unique=True),
-        sa.Column("connection", sa.Text, nullable=False),
-        sa.Column("queue", sa.Text, nullable=False),
-        sa.Column("payload", _LongText, nullable=False),
-        sa.Column("exception", _LongText, nullable=False),
-        sa.Column(
-            "failed_at", sa.TIMESTAMP, nullable=False, server_default=sa.func.current_timestamp()
-        ),
-        sqlite_autoincrement=True,
-        **mysql_opts,
-    )
-    return jobs_table, failed_table
-
-
-def laravel_table_specs(jobs: sa.Table, failed: sa.Table) -> tuple[TableSpec, TableSpec]:
-    """What the Laravel table store verifies before use."""
-    hint = (
-        "run Laravel's migrations (php artisan queue:table / queue:failed-table) "
-        "or create_tables=True"
-    )
-    return tuple(  # type: ignore[return-value]
-        TableSpec(t.name, tuple(c.name for c in t.columns), hint) for t in (jobs, failed)
-    )
-
-
-def laravel_timestamp(unix: float) -> str:
-    """``failed_at`` as Laravel writes ``Date::now()`` with the default UTC app timezone."""
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -11,7 +11,7 @@ from support import Clock
 
 from kombu_sqlqueue.store.admin import QueueAdmin
 from laravel_bridge import LaravelQueue, Payload
-from laravel_bridge.laravel_tables import LaravelAdmin
+from laravel_bridge.admin import LaravelAdmin
 from laravel_bridge.tables import JobTable, PushJob
 
 #: The visibility a pop takes (the laravel layout's retry_after, the askr claim's timeout).

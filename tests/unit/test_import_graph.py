@@ -103,6 +103,7 @@ def test_the_store_knows_no_kombu(forbidden: str) -> None:
 #: (Laravel's tables, on the store's machinery), and the queue format the Kombu transport
 #: loads with the Celery signal handler beside it — the bridge's Kombu/Celery side.
 BRIDGE_SEAMS = {
+    "laravel_bridge.sql": {"sqlalchemy"},
     "laravel_bridge.laravel_tables": {"sqlalchemy"},
     "laravel_bridge.messages": {"kombu"},
     "laravel_bridge.celery_signals": {"kombu", "celery"},
@@ -163,13 +164,66 @@ def test_the_transport_holds_no_sql() -> None:
     assert {m: d for m, d in offenders.items() if d} == {}
 
 
-def test_only_the_operator_tools_import_the_bridge() -> None:
-    """``kombu_sqlqueue.ops`` (the CLI, the exporter) sits on top of the store and the
-    bridge's tables; the transport reaches the bridge only by entry point."""
-    graph = ours(imports())
+def test_nothing_in_kombu_sqlqueue_imports_the_bridge() -> None:
+    """The bridge is a plug-in: the transport reaches its queue format, the operator's
+    tools its table layout, by entry point (``kombu_sqlqueue.formats``,
+    ``kombu_sqlqueue.layouts``), never by import."""
+    graph = imports()
     offenders = {
-        m: {d for d in deps if d.startswith("laravel_bridge")}
+        m: {d for d in deps if d.split(".")[0] == "laravel_bridge"}
         for m, deps in graph.items()
-        if m.startswith("kombu_sqlqueue") and not m.startswith("kombu_sqlqueue.ops")
+        if m.startswith("kombu_sqlqueue")
     }
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def laravel_names(source: str) -> set[str]:
+    """Identifiers and string literals (docstrings aside) of ``source`` that name Laravel:
+    knowledge of it in code, where a comment or a docstring may only compare."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+            names = [node.arg]
+        elif isinstance(node, ast.alias):
+            names = [node.name, node.asname or ""]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
+            names = [node.value]
+        found.update(n for n in names if "laravel" in n.lower())
+    return found
+
+
+def test_the_checker_sees_laravel_names() -> None:
+    source = 'import laravel_bridge\nx = "laravel"\ndef f(laravel_jobs): return q.laravel_pop\n'
+    assert laravel_names(source) == {"laravel_bridge", "laravel", "laravel_jobs", "laravel_pop"}
+    assert laravel_names('"""Laravel\'s queue:failed, compared."""\n# Laravel\n') == set()
+
+
+def test_kombu_sqlqueue_names_no_laravel() -> None:
+    """No identifier, SQL or other string of ``kombu_sqlqueue`` names Laravel: its tables,
+    statements and rules are the bridge's (``laravel_bridge/sql.py``, ``layout.py``)."""
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "kombu_sqlqueue").rglob("*.py"))
+        if (found := laravel_names(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}

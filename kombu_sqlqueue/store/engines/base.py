@@ -9,17 +9,17 @@ seconds) read once per store call from the client clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 
 from ...exceptions import ConfigurationError, StoreConditionError
-from ..schema import build_metadata, laravel_tables
+from ..schema import build_metadata
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -51,6 +51,9 @@ class Listener:
 #: verification) carries: an engine may begin it without a write lock.
 READ_ONLY = "sqlqueue_read_only"
 
+#: A prepared multi-row insert (:meth:`Queries.rows_insert`): run it for the rows given.
+RowsInsert: TypeAlias = "Callable[[Tx, Sequence[dict[str, Any]]], None]"
+
 #: Columns an enqueue writes (the rest take their defaults).
 ENQUEUE_COLUMNS = (
     "queue",
@@ -69,15 +72,16 @@ DEAD_LETTER_COLUMNS = ("uuid", "queue", "payload", "exception", "attempts", "fai
 
 
 class Queries:
-    """One engine's named statements, for both table layouts, under the same names in
-    every engine; an engine subclasses this and overrides what differs, saying why.
+    """One engine's named statements, under the same names in every engine; an engine
+    subclasses this and overrides what differs, saying why.
 
     * Contract v1 (``askr_*`` tables, fixed names): class attributes (``job_*``,
       ``queue_*``, ``binding_*``, ``dead_letter_*``) and the methods below them for
       statements that differ between engines by more than their text.
-    * Laravel's ``jobs``/``failed_jobs`` (names per app: Laravel's
-      ``queue.connections.database.table``): ``laravel_*``, built by ``__init__`` with
-      SQLAlchemy Core for the table pair, compiled once by the database's executor.
+    * The primitives another table layout builds its own statements from (static
+      methods: ``insert_or_nothing``, ``text_position``, ``text_read``/``text_value``,
+      ``returning_id``/``inserted_id``, ``rows_insert``): a layout a package adds needs
+      nothing per engine.
 
     One instance per store; the contract statements are shared by every instance.
     """
@@ -433,7 +437,7 @@ class Queries:
 
     # -- one instance per store ---------------------------------------------------------
 
-    def __init__(self, laravel_jobs: str = "jobs", laravel_failed: str = "failed_jobs") -> None:
+    def __init__(self) -> None:
         self.metadata, self.jobs, self.failed = build_metadata(self.now_sql)
         self.job_enqueue = sa.insert(self.jobs).values(
             {c: sa.bindparam(c) for c in ENQUEUE_COLUMNS}
@@ -442,8 +446,6 @@ class Queries:
         self.dead_letter_insert = sa.insert(self.failed).values(
             {c: sa.bindparam(c) for c in DEAD_LETTER_COLUMNS}
         )
-        self.laravel_jobs, self.laravel_failed = laravel_tables(laravel_jobs, laravel_failed)
-        self._build_laravel(self.laravel_jobs, self.laravel_failed)
 
     # -- contract v1: statements that differ by more than their text -------------------
 
@@ -497,22 +499,16 @@ class Queries:
         rows = tx.execute(self.job_claim, params).fetchall()
         return [(*row, int(row[0]) in lapsed) for row in rows]
 
-    # -- Laravel's tables, with Laravel 8.83's rules (Illuminate\Queue\DatabaseQueue) --
-
-    #: Where the class filter looks: a ``displayName`` / ``commandName`` key counts only
-    #: within the payload's first LARAVEL_HEAD characters (Laravel writes ``uuid``,
-    #: ``displayName``, ``job`` … then ``data.commandName`` first: a few hundred), and a
-    #: class name is at most LARAVEL_NAME characters.
-    LARAVEL_HEAD = 2048
-    LARAVEL_NAME = 512
-    #: How many of the oldest ready rows a pop by class looks at first (then all of them).
-    LARAVEL_WINDOW = 16
+    # -- what another table layout's statements are built from --------------------------
+    # A layout a package adds (its own tables and rules, e.g. another runtime's queue)
+    # builds its statements with SQLAlchemy Core from these, so it needs nothing per
+    # engine: an engine overrides the ones its database does differently, saying why.
 
     @staticmethod
     def insert_or_nothing(table: sa.Table) -> Any:
-        """``INSERT`` into ``table`` that writes nothing when the row's key exists (an
-        app's table: Laravel's ``cache_locks``). SQLite and PostgreSQL: ON CONFLICT DO
-        NOTHING, through their dialect's insert (the base's, SQLite's)."""
+        """``INSERT`` into ``table`` that writes nothing when the row's key exists.
+        SQLite and PostgreSQL: ON CONFLICT DO NOTHING, through their dialect's insert
+        (the base's, SQLite's)."""
         return sqlite_insert(table).on_conflict_do_nothing()
 
     @staticmethod
@@ -520,230 +516,38 @@ class Queries:
         """The 1-based position of ``needle`` in ``haystack``, 0 when absent."""
         return sa.func.instr(haystack, needle)
 
-    def laravel_names_claimable(self, payload: Any) -> Any:
-        """The class filter of :attr:`laravel_pop_lock_named`: the payload names a class in
-        ``:names`` (``|``-separated, JSON-escaped as the payload writes them) as its
-        ``displayName`` or ``data.commandName``, or has no ``displayName`` at all (not a
-        Laravel payload: a bad row, settled by whoever claims it).
+    @staticmethod
+    def text_read(column: Any) -> list[Any]:
+        """The columns that read a text column back (what :meth:`text_value` takes)."""
+        return [column]
 
-        Cheap per row on purpose (it runs on every row a pop looks at): each search stops
-        at the key, which Laravel writes within the first few hundred characters, and the
-        value is cut from a short slice; the usual case (our ``displayName``) comes first.
-        """
-        names = sa.bindparam("names", type_=sa.String)
+    @staticmethod
+    def text_value(found: Sequence[Any]) -> str | bytes:
+        """The value from the columns :meth:`text_read` selected."""
+        (value,) = found
+        return value if isinstance(value, str) else bytes(value)
 
-        def listed(key: str) -> Any:
-            at = self.text_position(payload, sa.literal(key))
-            rest = sa.func.substr(payload, at + len(key), self.LARAVEL_NAME)
-            length = self.text_position(rest, sa.literal('"')) - 1
-            # length > 0 first: substr with a negative length reads backwards (SQLite) or
-            # raises (PostgreSQL), and a name longer than the slice is not a class name.
-            return sa.and_(
-                at > 0,
-                at < self.LARAVEL_HEAD,
-                length > 0,
-                self.text_position(
-                    names, sa.literal("|", sa.String) + sa.func.substr(rest, 1, length) + "|"
-                )
-                > 0,
-            )
+    @staticmethod
+    def returning_id(insert: sa.Insert, id_column: Any) -> sa.Executable:
+        """``insert`` of one row, made to hand back its generated ``id_column``
+        (:meth:`inserted_id` reads it)."""
+        return insert.returning(id_column)
 
-        return sa.or_(
-            listed('"displayName":"'),
-            listed('"commandName":"'),
-            self.text_position(payload, sa.literal('"displayName":"')) == 0,
-        )
+    @staticmethod
+    def inserted_id(tx: Tx, statement: sa.Executable, row: dict[str, Any]) -> int:
+        """Run :meth:`returning_id`'s ``statement`` for ``row``; return the new row's id."""
+        return int(tx.execute(statement, row).fetchone()[0])
 
-    def laravel_named_pop(self, pop: Any, jobs: sa.Table, ready: Any) -> Any:
-        """``pop`` (the FOR UPDATE SKIP LOCKED read of :attr:`laravel_pop_lock`) by class:
-        only among the ``:window`` oldest ready rows, so the class filter runs on a few rows
-        rather than the whole queue (PostgreSQL filters every row of the queue before it
-        sorts). The oldest ids come from a derived table: MySQL refuses a LIMIT directly
-        inside IN (…)."""
-        j = jobs.c
-        oldest = (
-            sa.select(j.id)
-            .where(j.queue == sa.bindparam("queue"), ready)
-            .order_by(j.id)
-            .limit(sa.bindparam("window"))
-            .subquery("oldest")
-        )
-        return pop.where(j.id.in_(sa.select(oldest.c.id)), self.laravel_names_claimable(j.payload))
+    @staticmethod
+    def rows_insert(table: sa.Table, columns: Sequence[str]) -> RowsInsert:
+        """Inserting many rows of ``table`` (values for ``columns``, the rest their
+        defaults) with one statement: a multi-row ``INSERT … VALUES``."""
+        one = sa.insert(table).values({c: sa.bindparam(c) for c in columns})
 
-    def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
-        j = jobs.c
-        ready = sa.or_(
-            sa.and_(j.reserved_at.is_(None), j.available_at <= sa.bindparam("now")),
-            j.reserved_at <= sa.bindparam("expired"),
-        )
-        # DatabaseQueue::getNextAvailableJob. SQLAlchemy renders FOR UPDATE SKIP
-        # LOCKED on PostgreSQL and MySQL and nothing on SQLite, where BEGIN IMMEDIATE
-        # already makes the claim transaction the only writer.
-        self.laravel_pop_lock: sa.Select[Any] = (
-            sa.select(j.id, j.attempts, j.payload)
-            .where(j.queue == sa.bindparam("queue"), ready)
-            .order_by(j.id)
-            .limit(sa.bindparam("limit"))
-            .with_for_update(skip_locked=True)
-        )
-        # The same, for a worker that claims only the classes it has handlers for.
-        self.laravel_ready = ready
-        self.laravel_pop_lock_named = self.laravel_named_pop(self.laravel_pop_lock, jobs, ready)
-        self.laravel_pop_mark = (
-            sa.update(jobs)
-            .where(j.id == sa.bindparam("job_id"))
-            # :cap is what the attempts column holds (255 in Laravel 8-12's TINYINT on
-            # MySQL, 65535 in 13's SMALLINT): a row Laravel left there stays there (not an
-            # error that would block every later pop of the queue).
-            .values(
-                reserved_at=sa.bindparam("now"),
-                attempts=sa.case(
-                    (j.attempts < sa.bindparam("cap"), j.attempts + 1),
-                    else_=sa.bindparam("cap"),
-                ),
-            )
-        )
-        # Fenced by the attempts value the reservation wrote (see laravel_bridge/laravel_tables.py).
-        fence = sa.and_(j.id == sa.bindparam("job_id"), j.attempts == sa.bindparam("held"))
-        self.laravel_delete = sa.delete(jobs).where(fence)
-        # A reservation's row read back (its payload, to release or fail it by id alone:
-        # the Kombu transport holds only the receipt), locked for the settlement after it.
-        self.laravel_held = sa.select(j.queue, j.payload).where(fence).with_for_update()
-        # A reservation renewed: Laravel's workers take a row back once reserved_at is
-        # older than their retry_after, so a long job's holder keeps it fresh.
-        self.laravel_touch = (
-            sa.update(jobs)
-            .where(fence, j.reserved_at.is_not(None))
-            .values(reserved_at=sa.bindparam("now"))
-        )
-        # Kombu's purge: the rows no one holds (seed 004's clear); Laravel's own
-        # DatabaseQueue::clear deletes every row of the queue (laravel_clear).
-        by_queue = j.queue == sa.bindparam("queue")
-        self.laravel_purge = sa.delete(jobs).where(by_queue, j.reserved_at.is_(None))
-        self.laravel_clear = sa.delete(jobs).where(by_queue)
-        self.laravel_insert = sa.insert(jobs).values(
-            queue=sa.bindparam("queue"),
-            attempts=sa.bindparam("attempts"),
-            reserved_at=sa.null(),
-            available_at=sa.bindparam("available_at"),
-            created_at=sa.bindparam("created_at"),
-            payload=sa.bindparam("payload"),
-        )
-        self.laravel_insert_id = self.laravel_insert.returning(j.id)
-        self.laravel_failed_insert = sa.insert(failed).values(
-            uuid=sa.bindparam("uuid"),
-            connection=sa.bindparam("connection"),
-            queue=sa.bindparam("queue"),
-            payload=sa.bindparam("payload"),
-            exception=sa.bindparam("exception"),
-            failed_at=sa.bindparam("failed_at"),
-        )
-        # DatabaseQueue::size counts every row of the queue, reserved ones too.
-        self.laravel_size = (
-            sa.select(sa.func.count()).select_from(jobs).where(j.queue == sa.bindparam("queue"))
-        )
-        self.laravel_failed_forget = sa.delete(failed).where(failed.c.uuid == sa.bindparam("uuid"))
-        self.laravel_failed_list = sa.select(failed).order_by(failed.c.id.desc())
-        self._build_laravel_admin(jobs, failed, ready)
+        def run(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+            tx.execute_values(one, rows)
 
-    def _build_laravel_admin(self, jobs: sa.Table, failed: sa.Table, ready: Any) -> None:
-        """What operators read and steer on Laravel's tables (``LaravelAdmin``): the same
-        statements as contract v1's ``queue_stats`` … ``dead_letter_*``, by Laravel's rules
-        (a reservation older than ``:expired``, now − retry_after, is ready again)."""
-        j, f = jobs.c, failed.c
-        now: Any = sa.bindparam("now")
-        expired: Any = sa.bindparam("expired")
-        held = j.reserved_at > expired
-        delayed = sa.and_(j.reserved_at.is_(None), j.available_at > now)
-        self.laravel_stats = sa.select(
-            j.queue,
-            sa.func.count(),
-            sa.func.count(sa.case((ready, 1))),
-            sa.func.count(sa.case((held, 1))),
-            sa.func.count(sa.case((delayed, 1))),
-            sa.func.min(sa.case((ready, j.available_at))),
-        ).group_by(j.queue)
-        self.laravel_attempts = sa.select(j.queue, j.attempts, sa.func.count()).group_by(
-            j.queue, j.attempts
-        )
-        # Laravel's claim order is the id among ready rows; delayed ones by when they wake.
-        self.laravel_peek = (
-            sa.select(
-                j.id,
-                j.queue,
-                j.attempts,
-                j.available_at,
-                j.created_at,
-                *self.laravel_payload_read(j.payload),
-            )
-            .where(
-                j.queue == sa.bindparam("queue"),
-                sa.or_(j.reserved_at.is_(None), j.reserved_at <= expired),
-            )
-            .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
-            .limit(sa.bindparam("n"))
-        )
-        by_queue = j.queue == sa.bindparam("queue")
-        self.laravel_known = sa.select(
-            sa.case(
-                (
-                    sa.or_(
-                        sa.exists().where(by_queue),
-                        sa.exists().where(f.queue == sa.bindparam("queue")),
-                    ),
-                    1,
-                ),
-                else_=0,
-            )
-        )
-        self.laravel_failed_counts = sa.select(f.queue, sa.func.count()).group_by(f.queue)
-        listed = sa.select(
-            f.id,
-            f.uuid,
-            f.queue,
-            f.exception,
-            f.failed_at,
-            f.connection,
-            *self.laravel_payload_read(f.payload),
-        )
-        self.laravel_failed_recent = listed.order_by(f.id.desc()).limit(sa.bindparam("limit"))
-        self.laravel_failed_recent_queue = self.laravel_failed_recent.where(
-            f.queue == sa.bindparam("queue")
-        )
-        # By row id or by uuid (what queue:failed shows as the ID).
-        self.laravel_failed_find = listed.where(
-            sa.or_(f.id == sa.bindparam("id"), f.uuid == sa.bindparam("uuid"))
-        ).order_by(f.id)
-        self.laravel_failed_delete = sa.delete(failed).where(f.id == sa.bindparam("id"))
-        # Ids alone, oldest first (``failed retry --all``: ids, then the rows in batches).
-        self.laravel_failed_ids = sa.select(f.id).order_by(f.id)
-        self.laravel_failed_ids_queue = self.laravel_failed_ids.where(
-            f.queue == sa.bindparam("queue")
-        )
-        before = f.failed_at < sa.bindparam("before", type_=sa.DateTime)
-        self.laravel_failed_flush = sa.delete(failed).where(before)
-        self.laravel_failed_flush_queue = sa.delete(failed).where(
-            before, f.queue == sa.bindparam("queue")
-        )
-
-    def laravel_payload_read(self, payload: Any) -> list[Any]:
-        """The columns that read a stored payload back (what :meth:`laravel_stored_payload`
-        takes)."""
-        return [payload]
-
-    def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
-        """The payload from the columns :attr:`laravel_pop_lock` selects after id and
-        attempts (and :attr:`laravel_held` after queue)."""
-        (payload,) = found
-        return payload if isinstance(payload, str) else bytes(payload)
-
-    def laravel_insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
-        """Insert one row of Laravel's ``jobs``; return its id."""
-        return int(tx.execute(self.laravel_insert_id, row).fetchone()[0])
-
-    def laravel_insert_jobs(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert rows of Laravel's ``jobs`` with one statement."""
-        tx.execute_values(self.laravel_insert, rows)
+        return run
 
 
 def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -136,10 +136,15 @@ class MySQLQueries(Queries):
         return list(range(first, first + len(rows)))
 
     # MySQL 8 has no INSERT … RETURNING (MariaDB has): the connection's insert id.
-    # (Bulk inserts stay multi-row VALUES: a JSON_TABLE of one JSON parameter, measured,
+    # (rows_insert stays multi-row VALUES: a JSON_TABLE of one JSON parameter, measured,
     # took 1.5-2x as long on MariaDB 10.11.)
-    def laravel_insert_job(self, tx: Tx, row: dict[str, Any]) -> int:
-        return int(tx.execute(self.laravel_insert, row).lastrowid)
+    @staticmethod
+    def returning_id(insert: sa.Insert, id_column: Any) -> sa.Executable:
+        return insert
+
+    @staticmethod
+    def inserted_id(tx: Tx, statement: sa.Executable, row: dict[str, Any]) -> int:
+        return int(tx.execute(statement, row).lastrowid)
 
 
 class MySQLEngine(ServerEngine):
@@ -168,13 +173,13 @@ class MySQLEngine(ServerEngine):
         driver.autocommit(True)  # see ServerEngine
         # With NO_BACKSLASH_ESCAPES a quote is the only character to escape, and PyMySQL
         # then escapes strings with one str.replace instead of a per-character translate
-        # in Python: 40% of a bulk insert of Laravel payloads (full of \ and "). Every
+        # in Python: 40% of a bulk insert of PHP apps' JSON payloads (full of \ and "). Every
         # value is a bound parameter and no SQL text here holds a backslash.
         cursor = driver.cursor()
         cursor.execute("SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')")
         # Under InnoDB's default REPEATABLE READ a claim's SELECT … FOR UPDATE SKIP LOCKED
         # keeps a lock on every row it read until commit, matching or not (and gap locks):
-        # the other workers — Laravel's too, SKIP LOCKED as well — then pass over rows this
+        # the other workers — another runtime's too, SKIP LOCKED as well — then pass over rows this
         # one only looked at (a claim by class reads past every job of the classes it
         # leaves alone). READ COMMITTED releases a row the WHERE refused at once.
         cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

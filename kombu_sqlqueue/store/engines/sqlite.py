@@ -11,8 +11,8 @@ Overrides, each for a reason:
   busy wait at all (the lock upgrade would deadlock); reads use a plain
   ``BEGIN``;
 * busy errors: "database is locked" is retried by the store;
-* Laravel's ``jobs`` pop reads the payload's bytes and storage class
-  (:class:`SQLiteQueries`).
+* a text column a layout reads back comes as its bytes and storage class
+  (``SQLiteQueries.text_read``): SQLite keeps a BLOB or non-UTF-8 bytes in one.
 """
 
 from __future__ import annotations
@@ -83,35 +83,22 @@ class SQLiteQueries(Queries):
 
     # SQLite stores whatever it is given: a TEXT column can hold a BLOB, or text that is
     # not UTF-8 (a PHP app writing raw bytes). Python's sqlite3 then fails the whole read
-    # ("Could not decode to UTF-8 column 'payload'") before the worker sees the row, and
-    # every pop of the queue stops there. So the pop reads the payload's bytes and its
-    # storage class, and hands back text only for text that is UTF-8; anything else comes
-    # back as bytes, for the worker to fail the row with the bytes as stored (a BLOB value
-    # written back into failed_jobs.payload keeps them byte for byte).
+    # ("Could not decode to UTF-8 column 'payload'") before the reader sees the row, and
+    # every claim of the queue stops there. So a text column is read as its bytes and its
+    # storage class, and handed back as text only when it is UTF-8 text; anything else
+    # comes back as bytes, for the reader to settle the row with the bytes as stored (a
+    # BLOB value written back into a text column keeps them byte for byte).
     # PostgreSQL and MariaDB/MySQL (utf8mb4, strict mode) refuse invalid UTF-8 in a text
     # column at INSERT, and have no BLOB in a TEXT column, so they need no such read.
-    # Every statement reading a payload back (pops, held rows, the operator's peek and
-    # failed-job reads) reads it through laravel_payload_read.
-    def laravel_payload_read(self, payload: Any) -> list[Any]:
+    @staticmethod
+    def text_read(column: Any) -> list[Any]:
         return [
-            sa.cast(payload, sa.LargeBinary).label("payload"),
-            sa.func.typeof(payload).label("payload_type"),
+            sa.cast(column, sa.LargeBinary).label(column.name),
+            sa.func.typeof(column).label(f"{column.name}_type"),
         ]
 
-    def _build_laravel(self, jobs: sa.Table, failed: sa.Table) -> None:
-        super()._build_laravel(jobs, failed)
-        j = jobs.c
-        self.laravel_pop_lock = self.laravel_pop_lock.with_only_columns(
-            j.id, j.attempts, *self.laravel_payload_read(j.payload)
-        )
-        self.laravel_pop_lock_named = self.laravel_named_pop(
-            self.laravel_pop_lock, jobs, self.laravel_ready
-        )
-        self.laravel_held = self.laravel_held.with_only_columns(
-            j.queue, *self.laravel_payload_read(j.payload)
-        )
-
-    def laravel_stored_payload(self, found: Sequence[Any]) -> str | bytes:
+    @staticmethod
+    def text_value(found: Sequence[Any]) -> str | bytes:
         raw, kind = found
         raw = bytes(raw)
         if kind == "text":

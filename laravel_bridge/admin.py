@@ -1,0 +1,189 @@
+"""The operator's verbs on Laravel's ``jobs``/``failed_jobs`` (:class:`LaravelAdmin`): what
+``queue:failed``, ``queue:retry``, ``queue:forget``, ``queue:flush`` and ``queue:clear`` do,
+as ``kombu_sqlqueue.store.admin.QueueAdmin`` (the ``laravel`` layout's, ``layout.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from kombu_sqlqueue.exceptions import ConfigurationError
+from kombu_sqlqueue.store.admin import (
+    FailedJob,
+    QueueStats,
+    WaitingJob,
+    cutoff,
+    group_attempts,
+    merge_stats,
+    per_row,
+    read_rows,
+    row_ref,
+)
+from kombu_sqlqueue.store.executor import Tx
+from kombu_sqlqueue.store.model import Holding
+from kombu_sqlqueue.store.names import validate_queue_name
+
+from .exceptions import PayloadError
+from .laravel_tables import LaravelTableStore
+from .payload import Payload
+
+__all__ = ["LaravelAdmin"]
+
+
+class LaravelAdmin:
+    """``kombu_sqlqueue.store.admin.QueueAdmin`` over Laravel's ``jobs``/``failed_jobs``
+    (what ``queue:failed``, ``queue:retry``, ``queue:forget``, ``queue:flush`` and
+    ``queue:clear`` do, plus the figures Laravel's ``queue:monitor`` would want).
+
+    ``retry_after`` is the connection's: a reservation older than that counts as ready
+    (Laravel's workers take it back), a younger one as reserved. A retried job is pushed
+    as ``queue:retry`` pushes it (attempts 0, ``Payload.for_retry``) and forgotten in the
+    same transaction.
+    """
+
+    layout = "laravel"
+
+    def __init__(self, store: LaravelTableStore, retry_after: float = 90) -> None:
+        self._store = store
+        self.retry_after = retry_after
+        self.tables = (store.jobs_table.name, store.failed_table.name)
+
+    def _params(self) -> dict[str, Any]:
+        now = self._store._now()
+        return {"now": now, "expired": now - int(self.retry_after)}
+
+    def stats(self) -> list[QueueStats]:
+        s, params = self._store, self._params()
+
+        def work(tx: Tx) -> tuple[list[Any], list[Any]]:
+            jobs = tx.execute(s.q.stats, params).fetchall()
+            return jobs, tx.execute(s.q.failed_counts).fetchall()
+
+        jobs, dead = s._run(work, read_only=True)
+        return merge_stats(params["now"], jobs, dead)
+
+    def attempts(self) -> dict[str, dict[int, int]]:
+        return group_attempts(read_rows(self._store, self._store.q.attempts))
+
+    def is_known(self, queue: str) -> bool:
+        validate_queue_name(queue)
+        ((found,),) = read_rows(self._store, self._store.q.known, {"queue": queue})
+        return bool(found)
+
+    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+        validate_queue_name(queue)
+        s = self._store
+        params = {**self._params(), "queue": queue, "n": max(0, int(n))}
+        return [
+            WaitingJob(int(i), str(q), s.q.stored_payload(p), int(a), int(at), int(c))
+            for i, q, a, at, c, *p in read_rows(s, s.q.peek, params)
+        ]
+
+    # Laravel's jobs table has no column for a holder: holds are anonymous there.
+    def held(self, queue: str, n: int) -> list[WaitingJob]:
+        raise ConfigurationError(
+            f"Laravel's {self.tables[0]} table records no holder; --held reads contract v1's"
+        )
+
+    def holders(self) -> list[Holding]:
+        return []
+
+    def release_holder(self, holder: str, queue: str | None = None) -> int:
+        raise ConfigurationError(
+            f"Laravel's {self.tables[0]} table records no holder: a reservation comes back "
+            "after the connection's retry_after"
+        )
+
+    def _failed(self, rows: Sequence[Any]) -> list[FailedJob]:
+        return [
+            FailedJob(
+                id=int(i),
+                uuid=u,
+                queue=str(q),
+                payload=self._store.q.stored_payload(p),
+                exception=e,
+                failed_at=unix_timestamp(f),
+                connection=c,
+            )
+            for i, u, q, e, f, c, *p in rows
+        ]
+
+    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+        s = self._store
+        params: dict[str, Any] = {"limit": max(0, int(limit))}
+        query = s.q.failed_recent
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.failed_recent_queue
+        return self._failed(read_rows(s, query, params))
+
+    def find_failed(self, ref: str) -> list[FailedJob]:
+        return self._failed(read_rows(self._store, self._store.q.failed_find, row_ref(ref)))
+
+    def failed_ids(self, queue: str | None = None) -> list[int]:
+        s = self._store
+        params: dict[str, Any] = {}
+        query = s.q.failed_ids
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.failed_ids_queue
+        return [int(i) for (i,) in read_rows(s, query, params)]
+
+    def retry_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+
+        def retry(tx: Tx, job_id: int, now: int) -> bool:
+            found = tx.execute(s.q.failed_find, {"id": job_id, "uuid": None}).fetchone()
+            if found is None:
+                return False
+            (row,) = self._failed([found])
+            payload = row.payload
+            try:
+                rewritten = Payload.parse(payload).for_retry(now)
+            except PayloadError:  # pushed back as stored: its reader fails it again
+                rewritten = None
+            if rewritten is not None:
+                payload = rewritten.to_json()
+            s.q.insert_job(tx, s._row(row.queue, payload, 0.0, 0, now))
+            tx.execute(s.q.failed_delete, {"id": job_id})
+            return True
+
+        return per_row(s, ids, retry)
+
+    def forget_failed(self, ids: Sequence[int]) -> int:
+        s = self._store
+        return per_row(
+            s,
+            ids,
+            lambda tx, i, _now: tx.execute(s.q.failed_delete, {"id": i}).rowcount == 1,
+        )
+
+    def flush_failed(self, older_than: float | None = None, queue: str | None = None) -> int:
+        s = self._store
+        before = datetime.fromtimestamp(cutoff(s._now(), older_than), UTC).replace(tzinfo=None)
+        params: dict[str, Any] = {"before": before}
+        query = s.q.failed_flush
+        if queue is not None:
+            validate_queue_name(queue)
+            params["queue"] = queue
+            query = s.q.failed_flush_queue
+        return int(s._run(lambda tx: tx.execute(query, params).rowcount, single=True))
+
+    def purge(self, queue: str) -> int:
+        return self._store.purge(queue)
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def unix_timestamp(value: Any) -> int:
+    """``failed_at`` (a TIMESTAMP Laravel writes in UTC, read back as a naive datetime, or
+    SQLite's text of one) as unix seconds."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return int(value.replace(tzinfo=value.tzinfo or UTC).timestamp())
+    return int(value)
