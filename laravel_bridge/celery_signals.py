@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from .worker import storable_text
+from .outcomes import storable_text
 
 logger = logging.getLogger(__name__)
 

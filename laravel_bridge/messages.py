@@ -67,6 +67,7 @@ from .laravel_tables import (
     LaravelDeliveries,
     LaravelTableStore,
 )
+from .outcomes import storable_text
 from .payload import (
     DEFAULT_LARAVEL_VERSION,
     LARAVEL_VERSIONS,
@@ -88,7 +89,6 @@ from .rules import (
 )
 from .sql import MAX_LARAVEL_ATTEMPTS
 from .tables import LAYOUTS, PushJob, ReservedJob
-from .worker import storable_text
 
 logger = logging.getLogger(__name__)
 

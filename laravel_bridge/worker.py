@@ -41,33 +41,44 @@ import logging
 import signal
 import threading
 import time
-import traceback
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
-from kombu_sqlqueue.exceptions import MessageTooLarge, SqlQueueError
+from kombu_sqlqueue.exceptions import MessageTooLarge
 
-from .batches import record_job
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
-from .job import Job, MalformedJob, chain_successor, parse_job
-from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
-from .rules import (
-    at_attempts_cap,
-    attempted_too_many,
-    attempts_cap_text,
-    backoff_delay,
-    exceeded_before_start,
-    out_of_attempts,
+from .job import Job, MalformedJob, parse_job
+from .outcomes import (
+    Attempt,
+    Failed,
+    LaravelRules,
+    MaxAttemptsExceeded,
+    Verdict,
+    exception_text,
+    message_of,
+    next_in_chain,
+    storable_text,
+    unique_lock,
 )
-from .tables import CacheLocks, JobBatches, JobTable, PushJob, ReservedJob, StoreOptions
+from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
+from .tables import JobTable, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "JobTimedOut",
+    "MaxAttemptsExceeded",
+    "Worker",
+    "WorkerOptions",
+    "exception_text",
+    "storable_text",
+]
 
 
 def _escape_record(record: logging.LogRecord) -> bool:
@@ -111,10 +122,6 @@ class JobTimedOut(BaseException):
     A ``BaseException``, like ``KeyboardInterrupt``, so a handler's
     ``except Exception`` does not swallow it.
     """
-
-
-class MaxAttemptsExceeded(LaravelBridgeError):
-    """A job has been attempted too many times or ran too long."""
 
 
 @dataclass
@@ -197,47 +204,6 @@ class WorkerOptions:
             raise LaravelBridgeError("sleep, rest, max_time and unknown_delay must be >= 0")
 
 
-def exception_text(exc: BaseException) -> str:
-    """The failed table's ``exception`` column: ``Type: message`` first (as PHP's
-    ``(string) $exception`` starts), then the traceback."""
-    kind = type(exc)
-    name = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else (f"{kind.__module__}.{kind.__qualname__}")
-    )
-    trace = "".join(traceback.format_exception(exc)).rstrip()
-    return storable_text(f"{name}: {_message(exc)}\n\n{trace}")
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # an exception whose __str__ raises
-        return "<the exception's message could not be read>"
-
-
-def storable_text(text: str) -> str:
-    """``text`` as every engine's text column takes it: a lone surrogate (not UTF-8) and
-    NUL (PostgreSQL's text refuses it) written as escapes."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("\0", "\\x00") if "\0" in text else text
-
-
-def php_string(value: Any) -> str:
-    """``(string) $value`` as PHP writes a scalar into a string: ``true`` "1", ``false`` and
-    ``null`` "", floats as PHP prints them."""
-    if value is None or value is False:
-        return ""
-    if value is True:
-        return "1"
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e15:
-            return str(int(value))
-        return repr(value).replace("e+", "E+").replace("e-", "E-")
-    return str(value)
-
-
 def _printable(name: str) -> str:
     """A name for a console line: characters a terminal would not show are escaped."""
     if name.isprintable():
@@ -282,12 +248,11 @@ class Worker:
         self._timeout = 0
         #: uuids of jobs this worker released as unknown, oldest first (see _unknown).
         self._released_unknown: dict[str, None] = {}
-        #: Classes already warned about for a unique lock left held (see _release_unique).
-        self._unique_warned: set[str] = set()
-        #: The cache lock table on a database of its own (``unique_locks_url``), once opened.
-        self._own_locks: CacheLocks | None = None
-        #: Batches already warned about (not recorded, callbacks not handed over).
-        self._batch_warned: set[str] = set()
+        #: Laravel's rules for a job's outcome, with the app tables they write (this
+        #: table's database) and their warnings, each once.
+        self.rules = LaravelRules(
+            lambda: self.table, self.options, unique_locks_hint="--unique-locks-table"
+        )
 
     # -- the loop -----------------------------------------------------------------
 
@@ -328,9 +293,7 @@ class Worker:
                     self.process_next()
             finally:
                 self._finishing = False
-                if self._own_locks is not None:
-                    self._own_locks.close()
-                    self._own_locks = None
+                self.rules.close()
         return 0
 
     def process_next(self) -> bool:
@@ -455,7 +418,7 @@ class Worker:
             logger.exception("reading job %s raised; it goes to the failed table", job.id)
             reason = MalformedJob(
                 f"the worker could not read the job: {type(exc).__name__}: "
-                f"{_message(exc)[:1000]} (unforeseen; please report it to laravel_bridge)"
+                f"{message_of(exc)[:1000]} (unforeseen; please report it to laravel_bridge)"
             )
             reason.__cause__ = exc
             self._fail_malformed(job, reason)
@@ -466,13 +429,18 @@ class Worker:
             # Not this worker's to run, nor to judge: its tries are the business of the
             # worker that knows the class (Laravel 13's column holds 65535 attempts).
             return self._unknown(job, parsed)
-        try:
-            self._fail_if_already_exceeded(job, parsed)
-        except MaxAttemptsExceeded as exc:
-            self._fail(job, parsed, exc, handler)
+        exceeded = self.rules.before_start(self._attempt(job, parsed), int(self.clock()))
+        if exceeded is not None:
+            self._fail(job, parsed, MaxAttemptsExceeded(exceeded), handler)
             return True
         self._run_handler(job, parsed, handler)
         return True
+
+    def _attempt(self, job: ReservedJob, parsed: Job) -> Attempt:
+        """What the rules read of this delivery."""
+        limit = self.table.attempts_limit
+        cap = min(self.options.attempts_cap or limit, limit)
+        return Attempt.of(parsed, job.attempts, cap)
 
     def _handler_for(self, parsed: Job) -> Handler | None:
         """The handler of the first of the job's names one is registered under (the
@@ -486,7 +454,7 @@ class Worker:
         return None
 
     def _run_handler(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
-        if self._batch_cancelled(parsed):
+        if self.rules.batch_cancelled(parsed.name, parsed.batch_id):
             # What a batched job does first (`if ($this->batch()->cancelled()) return;`,
             # Laravel's docs; SkipIfBatchCancelled since 10.x): done, without running.
             logger.info("%s (job %s): its batch was cancelled, skipped", parsed.name, job.id)
@@ -527,7 +495,8 @@ class Worker:
             self._apply_outcome(job, parsed, handler)
             return
         try:
-            then = self._next_in_chain(parsed)
+            successor = next_in_chain(parsed, self.encrypter, self.clock())
+            then = [] if successor is None else [successor]
         except Exception as exc:  # a chain link that cannot be dispatched: this job's failure
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
@@ -539,9 +508,7 @@ class Worker:
             self._fail(job, parsed, exc, handler)
             return
         if self._settled(done, "delete", job, parsed):
-            self._line(job, "Processed", parsed.name)
-            self._release_unique(parsed, handler)
-            self._record_batch(job, parsed, None)
+            self._done(job, parsed, handler)
             if then:
                 logger.info("dispatched the next job of %s's chain", parsed.name)
 
@@ -559,9 +526,7 @@ class Worker:
             )
             self._fail(job, parsed, exc, handler)
         elif self._settled(self.table.delete(job), "delete", job, parsed):
-            self._line(job, "Processed", parsed.name)
-            self._release_unique(parsed, handler)
-            self._record_batch(job, parsed, None)
+            self._done(job, parsed, handler)
 
     def _settle_done(self, job: ReservedJob, then: list[PushJob]) -> bool:
         """Delete a finished job; when the loop goes on, reserve the next one in the same
@@ -601,62 +566,43 @@ class Worker:
             exc,
             exc_info=(type(exc), exc, exc.__traceback__),
         )
-        payload = parsed.payload
-        max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
-        reason: BaseException = exc
-        if timed_out:
-            reason = MaxAttemptsExceeded(attempted_too_many(parsed.name))
+        verdict = self.rules.after_exception(
+            self._attempt(job, parsed), int(self.clock()), timed_out=timed_out
+        )
+        self._settle(job, parsed, verdict, exc, handler)
+
+    def _settle(
+        self,
+        job: ReservedJob,
+        parsed: Job,
+        verdict: Verdict,
+        exc: BaseException | None,
+        handler: Handler | None,
+    ) -> None:
+        """Write the rules' verdict: the release, or the failure with its reason (the rules'
+        ``MaxAttemptsExceeded`` caused by ``exc``, or ``exc`` itself)."""
+        if not isinstance(verdict, Failed):
+            self._released(job, parsed, verdict.delay)
+            return
+        if verdict.capped:
+            # At the cap the job fails as the rules', not the handler's, failure.
+            self._fail(job, parsed, MaxAttemptsExceeded(verdict.exceeded), None)
+            return
+        reason: BaseException
+        if verdict.exceeded is not None:
+            reason = MaxAttemptsExceeded(verdict.exceeded)
             reason.__cause__ = exc
-        if out_of_attempts(job.attempts, int(self.clock()), max_tries, payload.retry_until):
-            self._fail(job, parsed, reason, handler)
-            return
-        if self._max_exceptions_reached(parsed):
-            self._fail(job, parsed, reason, handler)
-            return
-        if timed_out and payload.fail_on_timeout:
-            self._fail(job, parsed, reason, handler)
-            return
-        self._release(job, parsed, self._backoff(job, parsed))
-
-    def _fail_if_already_exceeded(self, job: ReservedJob, parsed: Job) -> None:
-        payload = parsed.payload
-        if job.attempts > self._attempts_cap:
-            raise self._cap_reached(parsed)
-        max_tries = payload.max_tries if payload.max_tries is not None else self.options.tries
-        if exceeded_before_start(job.attempts, int(self.clock()), max_tries, payload.retry_until):
-            raise MaxAttemptsExceeded(attempted_too_many(parsed.name))
-
-    @property
-    def _attempts_cap(self) -> int:
-        limit = self.table.attempts_limit
-        return min(self.options.attempts_cap or limit, limit)
-
-    def _cap_reached(self, parsed: Job) -> MaxAttemptsExceeded:
-        return MaxAttemptsExceeded(attempts_cap_text(parsed.name, self._attempts_cap))
-
-    def _max_exceptions_reached(self, parsed: Job) -> bool:
-        limit = parsed.payload.max_exceptions
-        if limit is None:
-            return False
-        try:
-            counter = self.table.exception_counter()
-            if counter.increment(parsed.uuid) < limit:
-                return False
-            counter.forget(parsed.uuid)
-        except SqlQueueError as exc:  # counting is best effort, like Laravel's cache
-            logger.warning("could not count exceptions of %s: %s", parsed.uuid, exc)
-            return False
-        return True
-
-    def _backoff(self, job: ReservedJob, parsed: Job) -> int:
-        """Laravel's ``calculateBackoff``: the entry for this attempt, else the last."""
-        return backoff_delay(parsed.payload.backoff or list(self.options.backoff), job.attempts)
+        else:
+            assert exc is not None
+            reason = exc
+        self._fail(job, parsed, reason, handler)
 
     def _release(self, job: ReservedJob, parsed: Job, delay: float) -> None:
-        delay = min(max(0.0, delay), MAX_DELAY_SECONDS)  # available_at is a 32-bit column
-        if at_attempts_cap(job.attempts, self._attempts_cap):
-            self._fail(job, parsed, self._cap_reached(parsed), None)
-            return
+        """The handler's ``$this->release($delay)``, by the rules (the attempts cap)."""
+        verdict = self.rules.release(self._attempt(job, parsed), delay)
+        self._settle(job, parsed, verdict, None, None)
+
+    def _released(self, job: ReservedJob, parsed: Job, delay: float) -> None:
         if not self._settled(self.table.release(job, delay), "release", job, parsed):
             return
         level = logging.WARNING if delay <= 0 and job.attempts >= 3 else logging.INFO
@@ -682,126 +628,39 @@ class Worker:
             return
         self._line(job, "Failed", parsed.name)
         logger.warning("%s (job %s) failed: %s", parsed.name, job.id, exc)
-        self._release_unique(parsed, handler)
-        self._record_batch(job, parsed, exc)
+        self._finished(job, parsed, handler, exc)
         if handler is not None and handler.on_failure is not None:
             try:
                 handler.on_failure(parsed.properties, exc, parsed.uuid)
             except Exception:  # an observer never changes the outcome
                 logger.exception("the failure hook of %s raised", parsed.name)
 
-    def _release_unique(self, parsed: Job, handler: Handler | None) -> None:
-        """``CallQueuedHandler::ensureUniqueJobLockIsReleased`` after a job is done or failed:
-        force-release ``<cache prefix>laravel_unique_job:<class><uniqueId>``.
+    def _done(self, job: ReservedJob, parsed: Job, handler: Handler) -> None:
+        self._line(job, "Processed", parsed.name)
+        self._finished(job, parsed, handler, None)
 
-        Python cannot see which interfaces the PHP class implements, so the lock is released
-        when one is held under the job's key (a job that is not unique has none), and a job
-        whose command has ``uniqueFor``/``uniqueId`` properties but no lock here is warned
-        about once per class: its lock is elsewhere (``uniqueVia()``, another cache store)
-        or no lock table is configured. ``ShouldBeUniqueUntilProcessing`` locks, which
-        Laravel releases as the job starts, are released here when it ends.
-        """
-        command = parsed.command
-        if parsed.kind != "job" or command is None:
-            return  # Laravel's wrappers are never unique themselves
-        looks_unique = "uniqueFor" in command.obj or "uniqueId" in command.obj
-        if handler is not None and handler.unique_id is not None:
-            try:
-                unique_id: Any = handler.unique_id(parsed)
-            except Exception as exc:  # the job is settled: a lookup bug only loses the release
-                self._warn_unique(
-                    command.class_name,
-                    f"the unique_id of {parsed.name}'s handler raised ({exc!r}): its lock is "
-                    "not released",
-                )
-                return
-            looks_unique = True
+    def _finished(
+        self, job: ReservedJob, parsed: Job, handler: Handler | None, exc: BaseException | None
+    ) -> None:
+        """After a job is done (``exc`` None) or failed: its unique lock released, its batch
+        recorded (the rules')."""
+        try:
+            lock = unique_lock(parsed, handler.unique_id if handler is not None else None)
+        except Exception as error:  # the job is settled: a lookup bug only loses the release
+            self.rules.warn_unique(
+                parsed.command.class_name if parsed.command is not None else parsed.name,
+                f"the unique_id of {parsed.name}'s handler raised ({error!r}): its lock is "
+                "not released",
+            )
         else:
-            unique_id = command.obj.get("uniqueId")
-        key = f"laravel_unique_job:{command.class_name}{php_string(unique_id)}"
-        table = self.options.unique_locks
-        released = False
-        if table is not None:
-            try:
-                released = self._cache_locks(table).force_release(self.options.cache_prefix + key)
-            except (SqlQueueError, LaravelBridgeError) as exc:
-                self._warn_unique(
-                    command.class_name, f"could not release unique lock {key!r} in {table}: {exc}"
-                )
-                return
-        if looks_unique and not released:
-            where = (
-                f"no lock {self.options.cache_prefix + key!r} was held in {table}: if the class "
-                "uses uniqueVia() or another cache store, Python cannot release it"
-                if table is not None
-                else f"its unique lock {key!r} is not released by Python: pass "
-                "--unique-locks-table (Laravel's database cache store's cache_locks)"
-            )
-            self._warn_unique(
-                command.class_name, f"{parsed.name} looks unique (ShouldBeUnique); {where}"
-            )
-
-    def _batches(self, parsed: Job) -> JobBatches | None:
-        batch_id = parsed.batch_id
-        table = self.options.batches_table
-        if batch_id is None:
-            return None
-        if table is None:
-            self._warn_batch(batch_id, f"{parsed.name} belongs to batch {batch_id}, which this "
-                             "worker does not record (no batches table): its counts and "
-                             "callbacks are left as they are")  # fmt: skip
-            return None
-        try:
-            return self.table.job_batches(table)
-        except LaravelBridgeError as exc:
-            self._warn_batch(batch_id, f"cannot record batch {batch_id}: {exc}")
-            return None
-
-    def _batch_cancelled(self, parsed: Job) -> bool:
-        batches = self._batches(parsed)
-        if batches is None or parsed.batch_id is None:
-            return False
-        try:
-            row = batches.find(parsed.batch_id)
-        except SqlQueueError as exc:
-            self._warn_batch(parsed.batch_id, f"cannot read batch {parsed.batch_id}: {exc}")
-            return False
-        return row is not None and row.get("cancelled_at") is not None
-
-    def _record_batch(self, job: ReservedJob, parsed: Job, exc: BaseException | None) -> None:
-        """The batch's counts and callbacks for a job done or failed (``batches.record_job``)."""
-        batches = self._batches(parsed)
-        if batches is None or parsed.batch_id is None:
-            return
-        record_job(
-            batches,
-            parsed.batch_id,
-            parsed.uuid,
-            parsed.name,
-            failure=None if exc is None else _message(exc),
-            queue=job.queue,
+            self.rules.release_unique(lock)
+        self.rules.record_batch(
+            self._attempt(job, parsed),
+            job.queue,
+            None if exc is None else message_of(exc),
             signing_key=self.encrypter.key if self.encrypter is not None else None,
             push=self.table.push,
-            warn=self._warn_batch,
         )
-
-    def _warn_batch(self, batch_id: str, message: str) -> None:
-        if batch_id not in self._batch_warned:
-            self._batch_warned.add(batch_id)
-            logger.warning("%s", message)
-
-    def _cache_locks(self, table: str) -> CacheLocks:
-        url = self.options.unique_locks_url
-        if url is None:
-            return self.table.cache_locks(table)
-        if self._own_locks is None:
-            self._own_locks = CacheLocks(url, table, StoreOptions(create_tables=False))
-        return self._own_locks
-
-    def _warn_unique(self, class_name: str, message: str) -> None:
-        if class_name not in self._unique_warned:
-            self._unique_warned.add(class_name)
-            logger.warning("%s", message)
 
     def _fail_malformed(self, job: ReservedJob, exc: MalformedJob) -> None:
         """Move an unreadable job to the failed table as stored; it keeps the payload's
@@ -881,16 +740,6 @@ class Worker:
                 job.attempts,
             )
         return ok
-
-    def _next_in_chain(self, parsed: Job) -> list[PushJob]:
-        """Queueable::dispatchNextJobInChain, run after a job of a chain succeeded."""
-        if parsed.command is None:
-            return []
-        encrypter = self.encrypter if parsed.payload.is_encrypted else None
-        successor = chain_successor(
-            parsed.command, encrypter, self.clock(), parsed.payload.laravel_version
-        )
-        return [] if successor is None else [successor]
 
     # -- time limits ----------------------------------------------------------------
 
