@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from kombu.utils import json as kombu_json
 
 from kombu_sqlqueue.envelope import delivery_tag, eta_delay
-from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage, SqlQueueError
+from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage
 from kombu_sqlqueue.formats import (
     DeliveryStore,
     Fail,
@@ -57,17 +57,20 @@ from kombu_sqlqueue.store import ClaimedJob, NewJob, StoreOptions
 from kombu_sqlqueue.store.database import Database
 
 from . import celery_signals
-from .batches import record_job
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
-from .job import CLOSURE_COMMAND, MalformedJob, _set, chain_successor, parse_job
-from .laravel_tables import (
-    ExceptionCounter,
-    JobBatches,
-    LaravelDeliveries,
-    LaravelTableStore,
+from .job import CLOSURE_COMMAND, MalformedJob, _set, parse_job
+from .laravel_tables import LaravelDeliveries, LaravelTableStore
+from .outcomes import (
+    Attempt,
+    Failed,
+    LaravelRules,
+    RuleOptions,
+    UniqueLock,
+    next_in_chain,
+    storable_text,
+    unique_lock,
 )
-from .outcomes import storable_text
 from .payload import (
     DEFAULT_LARAVEL_VERSION,
     LARAVEL_VERSIONS,
@@ -78,17 +81,9 @@ from .payload import (
     to_php,
 )
 from .php_serialize import PhpEnum, PhpObject, PhpReference, PhpSerializable
-from .rules import (
-    DEFAULT_TRIES,
-    at_attempts_cap,
-    attempted_too_many,
-    attempts_cap_text,
-    backoff_delay,
-    exceeded_before_start,
-    out_of_attempts,
-)
+from .rules import DEFAULT_TRIES
 from .sql import MAX_LARAVEL_ATTEMPTS
-from .tables import LAYOUTS, PushJob, ReservedJob
+from .tables import LAYOUTS, DatabaseTables, PushJob, ReservedJob
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +120,9 @@ SETTINGS = frozenset(
         "unknown_delay",
         "laravel_version",
         "batches_table",
+        "unique_locks",
+        "unique_locks_url",
+        "cache_prefix",
     }
 )
 
@@ -304,7 +302,11 @@ class LaravelFormat:
     the rest to PHP; ``"all"``), ``tries`` and ``backoff`` (Laravel's ``--tries`` /
     ``--backoff`` for a job that names none: 1 and 0), ``unknown_delay`` (seconds before a
     job Celery has no task for is offered again, 60), ``laravel_version`` (the payload keys
-    a job sent from Celery gets, 8).
+    a job sent from Celery gets, 8), ``batches_table`` (Laravel's ``job_batches``),
+    ``unique_locks``, ``unique_locks_url`` and ``cache_prefix`` (a ``ShouldBeUnique`` job's
+    lock released when it is done or failed, as ``laravel-bridge work`` releases it).
+    Laravel's rules for a job's outcome are :mod:`laravel_bridge.outcomes`', shared with
+    ``laravel-bridge work``.
     """
 
     name = "laravel"
@@ -363,13 +365,36 @@ class LaravelFormat:
                 f"laravel queue format: batches_table is a table name or None, got {batches!r}"
             )
         self.batches_table: str | None = batches
-        self._batches: JobBatches | None = None
+        for name in ("unique_locks", "unique_locks_url"):
+            value = settings.get(name)
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(
+                    f"laravel queue format: {name} is a string or None, got {value!r}"
+                )
+        prefix = settings.get("cache_prefix", "laravel_cache")
+        if not isinstance(prefix, str):
+            raise ConfigurationError(
+                f"laravel queue format: cache_prefix is a string, got {prefix!r}"
+            )
+        #: Laravel's rules for a job's outcome (``outcomes``), with the app tables they write
+        #: on the queue's database: the same as ``laravel-bridge work``'s.
+        self.rules = LaravelRules(
+            self._app_tables,
+            RuleOptions(
+                tries=self.tries,
+                backoff=self.backoff,
+                batches_table=batches,
+                unique_locks=settings.get("unique_locks"),
+                unique_locks_url=settings.get("unique_locks_url"),
+                cache_prefix=prefix,
+            ),
+            unique_locks_hint="the laravel queue format's unique_locks setting",
+        )
+        self._app: DatabaseTables | None = None
         self._tables: LaravelTableStore | None = None
-        self._counter: ExceptionCounter | None = None
         self._database: Database | None = None
         self._url: str | None = None
         self._handled: tuple[int, frozenset[str]] | None = None
-        self._warned: set[tuple[str, str]] = set()
         #: task id → (queue, delivery tag, laravel header) of what this process delivered:
         #: Celery reports a hard time limit from the process that holds the message, where
         #: the task's request is not at hand.
@@ -425,14 +450,11 @@ class LaravelFormat:
         except MalformedJob as exc:
             raise MalformedMessage(f"not a Laravel job it can read: {exc}") from exc
         payload = parsed.payload
-        max_tries = payload.max_tries if payload.max_tries is not None else self.tries
         now = int(datetime.now(UTC).timestamp())
-        if exceeded_before_start(job.attempts, now, max_tries, payload.retry_until):
-            raise Undeliverable(
-                f"Illuminate\\Queue\\MaxAttemptsExceededException: "
-                f"{attempted_too_many(parsed.name)}"
-            )
-        self._warn_untracked(parsed)
+        exceeded = self.rules.before_start(Attempt.of(parsed, job.attempts, job.max_attempts), now)
+        if exceeded is not None:
+            raise Undeliverable(f"Illuminate\\Queue\\MaxAttemptsExceededException: {exceeded}")
+        lock = unique_lock(parsed)
         if parsed.kind == "listener":
             args, kwargs = parsed.arguments, parsed.properties
         elif parsed.kind == "notification":
@@ -459,8 +481,10 @@ class LaravelFormat:
             "failOnTimeout": payload.fail_on_timeout,
             "payload": text if isinstance(text, str) else None,
             "then": self._successor(parsed),
+            # The job's ShouldBeUnique lock, released when it is done or failed (settled).
+            "unique": None if lock is None else [lock.class_name, lock.key, lock.looks_unique],
             "batch": parsed.batch_id,
-            "batchCancelled": self._batch_cancelled(parsed.batch_id),
+            "batchCancelled": self.rules.batch_cancelled(parsed.name, parsed.batch_id),
         }
         try:
             body = json.dumps([to_message(args), to_message(kwargs), _EMBED])
@@ -505,39 +529,11 @@ class LaravelFormat:
             },
         }
 
-    def _warn_untracked(self, parsed: Any) -> None:
-        """Once per batch / class: what a Celery worker does not keep for Laravel."""
-        batch = parsed.batch_id
-        if batch is not None and self.batches_table is None:
-            self._warn_batch(
-                batch,
-                f"{parsed.name} belongs to batch {batch}, which is not recorded (no "
-                "batches_table): its counts and callbacks are left as they are",
-            )
-        command = parsed.command
-        unique = (
-            command is not None
-            and parsed.kind == "job"
-            and ("uniqueFor" in command.obj or "uniqueId" in command.obj)
-        )
-        if unique and ("unique", parsed.name) not in self._warned:
-            self._warned.add(("unique", parsed.name))
-            logger.warning(
-                "%s looks unique (ShouldBeUnique): a Celery worker does not release its lock "
-                "(laravel-bridge work --unique-locks-table does); it lasts its uniqueFor",
-                parsed.name,
-            )
-
     def _successor(self, parsed: Any) -> list[Any] | None:
         """``[queue, payload, delay]`` of the next job of the job's chain (written with its
         ack, as Laravel dispatches it when the job succeeds), or None."""
-        command = parsed.command
-        if command is None or parsed.kind != "job" or not command.obj.get("chained"):
-            return None
         try:
-            nxt = chain_successor(
-                command, self.encrypter, laravel_version=parsed.payload.laravel_version
-            )
+            nxt = next_in_chain(parsed, self.encrypter)
         except LaravelBridgeError as exc:
             raise MalformedMessage(f"the job's chain cannot be read: {exc}") from exc
         return None if nxt is None else [nxt.queue, nxt.payload, nxt.delay]
@@ -671,39 +667,14 @@ class LaravelFormat:
         payload.data["data"]["command"] = parsed.command.dumps().decode("utf-8", "surrogateescape")
         return payload.to_stored_json()
 
-    # -- batches ---------------------------------------------------------------------------
+    # -- what Laravel's rules write beside the job ------------------------------------------
 
-    def _job_batches(self, batch_id: str) -> JobBatches | None:
-        if self.batches_table is None:
-            return None
-        if self._batches is None:
-            try:
-                self._batches = JobBatches(
-                    self._database or Database(str(self._url)), self.batches_table
-                )
-            except LaravelBridgeError as exc:
-                self._warn_batch(batch_id, f"cannot record batch {batch_id}: {exc}")
-                return None
-        return self._batches
-
-    def _batch_cancelled(self, batch_id: str | None) -> bool:
-        """Whether the job's batch was cancelled: Laravel's batched jobs check it first
-        (``$this->batch()->cancelled()``), a Celery task reads it as
-        ``self.request.laravel["batchCancelled"]``."""
-        batches = None if batch_id is None else self._job_batches(batch_id)
-        if batches is None or batch_id is None:
-            return False
-        try:
-            row = batches.find(batch_id)
-        except SqlQueueError as exc:
-            self._warn_batch(batch_id, f"cannot read batch {batch_id}: {exc}")
-            return False
-        return row is not None and row.get("cancelled_at") is not None
-
-    def _warn_batch(self, batch_id: str, message: str) -> None:
-        if ("batch", batch_id) not in self._warned:
-            self._warned.add(("batch", batch_id))
-            logger.warning("%s", message)
+    def _app_tables(self) -> DatabaseTables:
+        """The app tables the rules write, on the queue's database (its pool when the queue
+        is in Laravel's table)."""
+        if self._app is None:
+            self._app = DatabaseTables(self._database or Database(str(self._url)))
+        return self._app
 
     def _push_callbacks(self, job: PushJob) -> int:
         if self._tables is None:
@@ -714,27 +685,55 @@ class LaravelFormat:
         return self._tables.push(job.queue, job.payload, job.delay)
 
     def settled(self, queue: str, headers: Mapping[str, Any], outcome: Outcome | None) -> None:
-        """A batched job done or failed: recorded in ``job_batches`` as Laravel records it,
-        and the batch's callbacks handed to PHP (``batches.record_job``)."""
+        """A job done or failed, as ``CallQueuedHandler`` finishes one: its
+        ``ShouldBeUnique`` lock released, and, for a batched job, its batch recorded in
+        ``job_batches`` and the batch's callbacks handed to PHP (``outcomes``)."""
         meta = headers.get(HEADER)
-        if not isinstance(meta, Mapping) or not isinstance(meta.get("batch"), str):
+        if not isinstance(meta, Mapping):
             return
         if outcome is not None and not isinstance(outcome, Fail):
             return  # released or handed back: not done yet
-        batch_id, uuid = meta["batch"], str(meta.get("uuid"))
-        batches = self._job_batches(batch_id)
-        if batches is None:
+        self.rules.release_unique(_unique_of(meta))
+        if not isinstance(meta.get("batch"), str):
             return
-        record_job(
-            batches,
-            batch_id,
-            uuid,
-            str(meta.get("class") or headers.get("task")),
-            failure=None if outcome is None else outcome.reason.split("\n", 1)[0],
-            queue=queue,
+        self.rules.record_batch(
+            self._attempt(headers, meta),
+            queue,
+            None if outcome is None else outcome.reason.split("\n", 1)[0],
             signing_key=self.encrypter.key if self.encrypter is not None else None,
             push=self._push_callbacks,
-            warn=self._warn_batch,
+        )
+
+    @staticmethod
+    def _attempt(headers: Mapping[str, Any], meta: Mapping[str, Any]) -> Attempt:
+        """What Laravel's rules read of a delivery, from the header :meth:`read` wrote (each
+        value checked: a header is a message's, and messages can be forged)."""
+
+        def number(key: str) -> int | None:
+            value = meta.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        attempts = number("attempts")
+        if attempts is None:
+            retries = headers.get("retries")
+            attempts = retries + 1 if isinstance(retries, int) else 1
+        uuid = meta.get("uuid")
+        backoff = meta.get("backoff")
+        batch = meta.get("batch")
+        return Attempt(
+            name=str(meta.get("class") or headers.get("task") or "the job"),
+            uuid=str(uuid),
+            attempts=attempts,
+            max_tries=number("tries"),
+            retry_until=number("retryUntil"),
+            backoff=tuple(
+                b for b in (backoff if isinstance(backoff, list) else []) if isinstance(b, int)
+            ),
+            # Counted by the job's uuid: none, nothing to count.
+            max_exceptions=number("maxExceptions") if isinstance(uuid, str) else None,
+            fail_on_timeout=bool(meta.get("failOnTimeout")),
+            attempts_cap=number("attemptsCap") or 0,
+            batch_id=batch if isinstance(batch, str) else None,
         )
 
     # -- settling -----------------------------------------------------------------------
@@ -778,58 +777,32 @@ class LaravelFormat:
     ) -> Outcome:
         meta = headers.get(HEADER)
         meta = meta if isinstance(meta, Mapping) else {}
-        name = str(meta.get("class") or headers.get("task") or "the job")
-        attempts = meta.get("attempts")
-        if not isinstance(attempts, int):
-            retries = headers.get("retries")
-            attempts = retries + 1 if isinstance(retries, int) else 1
-        tries = meta.get("tries")
-        max_tries = tries if isinstance(tries, int) else self.tries
-        retry_until = meta.get("retryUntil")
-        retry_until = retry_until if isinstance(retry_until, int) else None
+        attempt = self._attempt(headers, meta)
         now = int(datetime.now(UTC).timestamp())
-        text = storable_text(reason)
-        if timed_out:
-            text = storable_text(
-                f"Illuminate\\Queue\\MaxAttemptsExceededException: {attempted_too_many(name)}"
-                f"\n\n{reason}"
+        verdict = self.rules.after_exception(attempt, now, timed_out=timed_out)
+        if not isinstance(verdict, Failed):
+            return Release(verdict.delay)
+        if verdict.exceeded is None:
+            return Fail(storable_text(reason))
+        return Fail(
+            storable_text(
+                f"Illuminate\\Queue\\MaxAttemptsExceededException: {verdict.exceeded}\n\n{reason}"
             )
-        if out_of_attempts(attempts, now, max_tries, retry_until):
-            return Fail(text)
-        uuid = meta.get("uuid")
-        limit = meta.get("maxExceptions")
-        if (
-            isinstance(limit, int)
-            and isinstance(uuid, str)
-            and self._exceptions_reached(uuid, limit)
-        ):
-            return Fail(text)
-        if timed_out and meta.get("failOnTimeout"):
-            return Fail(text)
-        cap = meta.get("attemptsCap")
-        if isinstance(cap, int) and at_attempts_cap(attempts, cap):
-            return Fail(
-                storable_text(
-                    "Illuminate\\Queue\\MaxAttemptsExceededException: "
-                    f"{attempts_cap_text(name, cap)}\n\n{reason}"
-                )
-            )
-        backoff = meta.get("backoff")
-        steps = backoff if isinstance(backoff, list) and backoff else self.backoff
-        delay = backoff_delay([b for b in steps if isinstance(b, int)], attempts)
-        return Release(float(min(delay, MAX_DELAY_SECONDS)))
+        )
 
-    def _exceptions_reached(self, uuid: str, limit: int) -> bool:
-        try:
-            if self._counter is None:
-                self._counter = ExceptionCounter(self._database or Database(str(self._url)))
-            if self._counter.increment(uuid) < limit:
-                return False
-            self._counter.forget(uuid)
-        except Exception as exc:  # counting is best effort, like Laravel's cache
-            logger.warning("could not count exceptions of %s: %s", uuid, exc)
-            return False
-        return True
+
+def _unique_of(meta: Mapping[str, Any]) -> UniqueLock | None:
+    """The unique lock :meth:`LaravelFormat.read` put in the header (checked), or None."""
+    found = meta.get("unique")
+    if (
+        isinstance(found, list)
+        and len(found) == 3
+        and isinstance(found[0], str)
+        and isinstance(found[1], str)
+        and isinstance(found[2], bool)
+    ):
+        return UniqueLock(found[0], found[1], found[2])
+    return None
 
 
 _MISSING = object()

@@ -272,6 +272,18 @@ class _CounterMixin:
                 store.close()
 
 
+class DatabaseTables(_CounterMixin):
+    """The app tables Laravel's rules write (``outcomes.AppTables``) on one database, for a
+    consumer that has no :class:`JobTable` (the queue format)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def close(self) -> None:
+        """Close the app tables opened here (the database is its opener's)."""
+        self._close_counter()
+
+
 class LaravelLayout(_CounterMixin):
     """Laravel's ``jobs``/``failed_jobs`` (names configurable)."""
 

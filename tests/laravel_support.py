@@ -34,6 +34,16 @@ def sql_engine(db_url: str) -> sa.Engine:
     return sa.create_engine(parse_store_url(db_url)[1])
 
 
+def unique_locks(db_url: str) -> list[str]:
+    """The keys held in Laravel's database cache store's lock table (``cache_locks``)."""
+    engine = sql_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return sorted(r[0] for r in conn.execute(sa.text("SELECT ks.key FROM cache_locks ks")))
+    finally:
+        engine.dispose()
+
+
 def batch_row(db_url: str, batch_id: str) -> dict[str, Any]:
     """The ``job_batches`` row of ``batch_id``, as Laravel's tables hold it."""
     engine = sql_engine(db_url)

@@ -6,7 +6,8 @@ JSON line to), ``LC_LAYOUT`` (``laravel`` or ``askr``), ``LC_QUEUES`` (the Larav
 queues, comma-separated), ``LC_VISIBILITY`` (seconds), ``LC_MARKER`` (a file whose presence
 makes ``App\\Jobs\\Flaky`` succeed), ``LC_FAIL_TUNED`` (``App\\Jobs\\Tuned`` always
 raises), ``LC_CLASSES`` (the only classes with tasks, comma-separated; default
-:data:`CLASSES`).
+:data:`CLASSES`), ``LC_FAIL_CLASSES`` (classes whose task always raises),
+``LC_UNIQUE_LOCKS`` (the format's ``unique_locks``: Laravel's ``cache_locks`` table).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ CLASSES = (
     "App\\Things\\SendShipmentNotification",
     "App\\Things\\OrderShippedMail",
     "App\\Things\\BatchStep",
+    "App\\Things\\ExportOrders",
 )
 
 
@@ -67,6 +69,8 @@ def behave(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """What each job does in Celery: record the run, then fail or sleep as the test asks."""
     line = record(task, args, kwargs)
     name, attempts = task.name, line["attempts"]
+    if name in os.environ.get("LC_FAIL_CLASSES", "").split(","):
+        raise RuntimeError(f"{name} fails here")
     if name == "App\\Jobs\\AlwaysFails":
         raise RuntimeError(kwargs.get("message", "boom"))
     if name == "App\\Jobs\\Tuned" and os.environ.get("LC_FAIL_TUNED"):
@@ -94,6 +98,8 @@ def create_app() -> Celery:
     app = Celery("laravel_celery", broker=os.environ["LC_BROKER_URL"], set_as_current=False)
     layout = os.environ.get("LC_LAYOUT", "laravel")
     fmt = {"format": "laravel", "layout": layout, "app_key": APP_KEY}
+    if os.environ.get("LC_UNIQUE_LOCKS"):
+        fmt["unique_locks"] = os.environ["LC_UNIQUE_LOCKS"]
     queues = os.environ.get("LC_QUEUES", "default,emails").split(",")
     app.conf.update(
         broker_transport_options={

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, php_shape, same
-from laravel_support import APP_KEY, batch_row
+from laravel_support import APP_KEY, batch_row, unique_locks
 
 from laravel_bridge import Encrypter, LaravelQueue, ModelIdentifier, Payload, PhpEnum
 from laravel_bridge.messages import from_message
@@ -449,6 +449,36 @@ def test_on_contract_v1s_table_a_job_celery_has_no_task_for_is_handed_back_for_a
     Worker(askr.table, WorkerOptions(stop_when_empty=True, sleep=0), handlers=registry).run()
     assert ran == [theirs.uuid] and askr.size("default") == 0
     askr.close()
+
+
+EXPORT = "App\\Things\\ExportOrders"  # ShouldBeUnique, its uniqueId a property
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["done", "failed"])
+def test_a_celery_worker_releases_a_unique_jobs_lock_as_laravels_worker_does(
+    queue: LaravelQueueHarness,
+    celery_worker: Callable[..., CeleryWorker],
+    out: Path,
+    fails: bool,
+) -> None:
+    """``ShouldBeUnique`` dispatched by Laravel 8.83 itself (its lock in the database cache
+    store's ``cache_locks``): a Celery worker with the format's ``unique_locks`` releases it
+    when the job is done or failed, as ``CallQueuedHandler`` does, so Laravel's next
+    ``dispatch()`` of the same job is queued instead of dropped."""
+    assert queue.dispatch_unique("ExportOrders", "2024-05")
+    assert not queue.dispatch_unique("ExportOrders", "2024-05")  # held: Laravel drops it
+    assert unique_locks(queue.db_url) == [
+        "laravel_cachelaravel_unique_job:App\\Things\\ExportOrdersorders-2024-05"
+    ]
+    env = {"LC_UNIQUE_LOCKS": "cache_locks", "LC_QUEUES": "default"}
+    if fails:
+        env["LC_FAIL_CLASSES"] = EXPORT
+    worker = celery_worker(**env)
+    wait_for(lambda: unique_locks(queue.db_url) == [], 60, "the unique lock released")
+    assert [r["class"] for r in runs_of(out)] == [EXPORT]
+    assert worker.stop() == 0
+    assert [f["class"] for f in queue.failed()] == ([EXPORT] if fails else [])
+    assert queue.dispatch_unique("ExportOrders", "2024-05")  # queued again
 
 
 def callbacks(queue: LaravelQueueHarness) -> list[str]:

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from laravel_harness import LaravelQueueHarness
-from laravel_support import APP_KEY, sql_engine
+from laravel_support import APP_KEY, unique_locks
 
 from laravel_bridge import HandlerRegistry, Job, LaravelQueue, Worker, WorkerOptions
 from laravel_bridge.tables import JobTable
@@ -28,15 +27,6 @@ def table(queue: LaravelQueueHarness) -> Iterator[JobTable]:
     laravel = LaravelQueue(queue.db_url, "laravel", create_tables=False)
     yield laravel.table
     laravel.close()
-
-
-def locks(db_url: str) -> list[str]:
-    engine = sql_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            return sorted(r[0] for r in conn.execute(sa.text("SELECT ks.key FROM cache_locks ks")))
-    finally:
-        engine.dispose()
 
 
 def run(table: JobTable, fail: bool = False, **options: Any) -> list[str]:
@@ -63,12 +53,12 @@ def test_python_releases_the_unique_lock_when_the_job_is_done(
         "ExportOrders", "2024-05"
     )
     assert not queue.dispatch_unique("BuildReport", "7")  # held: Laravel drops the duplicate
-    assert locks(queue.db_url) == [
+    assert unique_locks(queue.db_url) == [
         "laravel_cachelaravel_unique_job:App\\Things\\BuildReport7",
         "laravel_cachelaravel_unique_job:App\\Things\\ExportOrdersorders-2024-05",
     ]
     assert run(table, unique_locks="cache_locks") == [REPORT, EXPORT]
-    assert locks(queue.db_url) == []
+    assert unique_locks(queue.db_url) == []
     assert queue.dispatch_unique("BuildReport", "7")  # queued again, as after a PHP run
     assert queue.dispatch_unique("ExportOrders", "2024-05")
 
@@ -78,7 +68,7 @@ def test_python_releases_the_unique_lock_when_the_job_fails(
 ) -> None:
     assert queue.dispatch_unique("BuildReport", "8")
     run(table, fail=True, unique_locks="cache_locks")
-    assert [f["class"] for f in queue.failed()] == [REPORT] and locks(queue.db_url) == []
+    assert [f["class"] for f in queue.failed()] == [REPORT] and unique_locks(queue.db_url) == []
     assert queue.dispatch_unique("BuildReport", "8")
 
 
@@ -88,7 +78,9 @@ def test_a_job_released_for_a_retry_keeps_its_lock(
     assert queue.dispatch_unique("BuildReport", "9")
     run(table, fail=True, unique_locks="cache_locks", tries=3, once=True)
     assert table.size("default") == 1  # released for its next try
-    assert locks(queue.db_url) == ["laravel_cachelaravel_unique_job:App\\Things\\BuildReport9"]
+    assert unique_locks(queue.db_url) == [
+        "laravel_cachelaravel_unique_job:App\\Things\\BuildReport9"
+    ]
     assert not queue.dispatch_unique("BuildReport", "9")
 
 
@@ -103,7 +95,7 @@ def test_without_the_lock_table_the_lock_stays_and_the_log_says_so_once_per_clas
     assert len(warned) == 1, warned
     assert "'laravel_unique_job:App\\\\Things\\\\ExportOrdersorders-2024-06'" in warned[0]
     assert "--unique-locks-table" in warned[0]
-    assert len(locks(queue.db_url)) == 2
+    assert len(unique_locks(queue.db_url)) == 2
     assert not queue.dispatch_unique("ExportOrders", "2024-06")  # dropped for uniqueFor
 
 
@@ -125,7 +117,9 @@ def test_python_dispatches_a_unique_job_as_laravel_does(queue: LaravelQueueHarne
     try:
         first = python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21)
         assert first is not None
-        assert locks(queue.db_url) == ["laravel_cachelaravel_unique_job:App\\Things\\BuildReport21"]
+        assert unique_locks(queue.db_url) == [
+            "laravel_cachelaravel_unique_job:App\\Things\\BuildReport21"
+        ]
         assert not queue.dispatch_unique("BuildReport", "21")  # Laravel sees Python's lock
         assert python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21) is None
         assert python.dispatch(REPORT, {"reportId": 22}, unique_for=3600, unique_id=22)
@@ -134,7 +128,7 @@ def test_python_dispatches_a_unique_job_as_laravel_does(queue: LaravelQueueHarne
         # This harness's PHP worker has an array cache store, so the jobs are run by ours,
         # which releases the locks as CallQueuedHandler::ensureUniqueJobLockIsReleased does.
         assert run(python.table, unique_locks="cache_locks") == [REPORT, REPORT]
-        assert locks(queue.db_url) == []
+        assert unique_locks(queue.db_url) == []
         assert python.dispatch(REPORT, {"reportId": 21}, unique_for=3600, unique_id=21)
         assert not queue.dispatch_unique("BuildReport", "21")
         # And a lock PHP took holds Python back the same way.
