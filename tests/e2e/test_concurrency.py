@@ -32,9 +32,12 @@ def run_consumers_and_producers(
     stop = tmp_path / "stop"
     start = tmp_path / "start"
 
+    # Publishing alongside consumers: each producer waits at half until a consumer delivered.
+    pause = [] if preload else ["--pause-until-delivered", str(tmp_path)]
+
     def start_producers() -> list[Proc]:
         return [
-            spawn(f"producer-{prefix}", producer_args(broker_url, QUEUE, count, prefix))
+            spawn(f"producer-{prefix}", producer_args(broker_url, QUEUE, count, prefix, *pause))
             for prefix, count in producers
         ]
 
@@ -121,6 +124,6 @@ def test_eight_consumers_two_producers_concurrently_exactly_once(
     )
     expected = {f"pa-{n}" for n in range(half)} | {f"pb-{n}" for n in range(half)}
     check_exactly_once(consumers, prods, tmp_path, expected, store)
-    # Consuming really overlapped publishing.
+    # Consuming really overlapped publishing (the producers paused at half until it did).
     first_delivery = min(r["t"] for c in consumers for r in c.events("received"))
     assert first_delivery < max(p.events("done")[0]["t"] for p in prods)

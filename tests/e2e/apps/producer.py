@@ -1,6 +1,9 @@
 """Publish ``--count`` JSON messages ``{"id": "<prefix>-<n>"}`` to a queue, then exit.
 
-Prints ``{"event": "done", "count": N}`` when every publish has returned.
+Prints ``{"event": "done", "count": N}`` when every publish has returned. With
+``--pause-until-delivered DIR`` it stops after publishing half and goes on only once a
+consumer has written a delivery to a ``delivered-*.txt`` file in DIR, so publishing and
+consuming overlap by construction rather than by timing.
 """
 
 from __future__ import annotations
@@ -10,8 +13,17 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from kombu import Connection, Queue
+
+
+def wait_for_a_delivery(directory: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(f.stat().st_size > 0 for f in directory.glob("delivered-*.txt")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no consumer delivered anything within {timeout:.0f} s")
+        time.sleep(0.02)
 
 
 def main() -> int:
@@ -21,6 +33,7 @@ def main() -> int:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--pause-until-delivered", type=Path, default=None)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     options: dict[str, object] = {}
@@ -31,6 +44,8 @@ def main() -> int:
         producer = conn.Producer(serializer="json")
         queue = Queue(args.queue)
         for n in range(args.count):
+            if args.pause_until_delivered is not None and n == args.count // 2:
+                wait_for_a_delivery(args.pause_until_delivered)
             producer.publish(
                 {"id": f"{args.prefix}-{n}"},
                 routing_key=args.queue,
