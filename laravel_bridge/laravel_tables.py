@@ -45,11 +45,11 @@ import sqlalchemy as sa
 
 from kombu_sqlqueue.exceptions import ConfigurationError
 from kombu_sqlqueue.store import ClaimedJob, ClaimResult, NewJob, Receipt
+from kombu_sqlqueue.store.claiming import check_claim
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
 from kombu_sqlqueue.store.engines.base import READ_ONLY
 from kombu_sqlqueue.store.enlist import Enlistment
 from kombu_sqlqueue.store.executor import Tx
-from kombu_sqlqueue.store.model import check_claim
 from kombu_sqlqueue.store.names import validate_queue_name
 from kombu_sqlqueue.store.schema import TableSpec
 
@@ -543,6 +543,9 @@ class LaravelDeliveries:
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
     ) -> ClaimResult:
         check_claim(queue, n)
+        # Not through kombu_sqlqueue's claim screen: Laravel's rows have no time to live,
+        # and a job past its tries is failed by Laravel's rules after the pop
+        # (MaxAttemptsExceeded, outcomes.py), as Laravel's worker does, not by the claim.
         rows = self.store.pop_many(queue, n, visibility, self.classes())
         limit = self.store.attempts_limit
         return ClaimResult(

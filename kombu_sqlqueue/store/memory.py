@@ -21,7 +21,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import secrets
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -30,10 +29,10 @@ from typing import Any, Self, TypeVar
 
 from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
+from .claiming import MAX_CLAIM_ROUNDS, ClaimedRow, ClaimParams, exhausted_reason, screen
 from .database import StoreOptions
 from .enlist import Enlistment
 from .model import (
-    MAX_CLAIM_ROUNDS,
     Backlog,
     ClaimedJob,
     ClaimResult,
@@ -42,14 +41,10 @@ from .model import (
     NewJob,
     Receipt,
     Route,
-    check_claim,
-    claim_limit,
     dedupe_key,
-    exhausted_reason,
     job_times,
     ready_at,
     reservation_deadline,
-    this_instance,
 )
 from .names import validate_queue_name
 
@@ -102,8 +97,27 @@ class _Row:
         )
 
     def order(self) -> tuple[int, int, int]:
-        """The claim order: priority DESC, available_at, id."""
+        """The claim order (:meth:`ClaimedRow.order <.claiming.ClaimedRow.order>`)."""
         return (-self.priority, self.available_at, self.id)
+
+    def claim(self, params: ClaimParams) -> ClaimedRow:
+        """Reserve this row for ``params``' claim; the row as the claim read it."""
+        lapsed = self.reserved_until is not None
+        self.reserved_until, self.reserved_token = params.until, params.token
+        self.reserved_by, self.reserved_instance = params.holder, params.instance
+        self.attempts += 1
+        return ClaimedRow(
+            self.id,
+            self.queue,
+            self.payload,
+            self.priority,
+            self.available_at,
+            self.attempts,
+            self.max_attempts,
+            self.uuid,
+            self.expires_at,
+            lapsed,
+        )
 
 
 @dataclass(slots=True)
@@ -195,19 +209,6 @@ def reset(url: str | None = None) -> None:
             _SPACES.clear()
         else:
             _SPACES.pop(memory_name(url), None)
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """One claim's parameters, read once as :meth:`JobStore._claim_params` reads them."""
-
-    queue: str
-    n: int
-    now: int
-    until: int
-    token: str
-    holder: str | None = None
-    instance: str | None = None
 
 
 class MemoryJobStore:
@@ -319,19 +320,12 @@ class MemoryJobStore:
 
     # -- claim ---------------------------------------------------------------------------
 
-    def _claim_params(self, queue: str, n: int, visibility: float) -> _Claim:
-        check_claim(queue, n)
-        clock = self.clock()
-        until = reservation_deadline(clock, visibility)
-        token = secrets.token_hex(16)
-        return _Claim(queue, int(n), int(clock), until, token, self.holder, this_instance())
-
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
     ) -> ClaimResult:
         """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds, as
         :meth:`JobStore.claim <.store.JobStore.claim>` does."""
-        params = self._claim_params(queue, n, visibility)
+        params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
         if n <= 0:
             return ClaimResult([])
         with self._space.lock:
@@ -339,7 +333,7 @@ class MemoryJobStore:
         result.log(logger, queue)
         return result
 
-    def _claim_in(self, params: _Claim, max_attempts: int | None) -> ClaimResult:
+    def _claim_in(self, params: ClaimParams, max_attempts: int | None) -> ClaimResult:
         s = self._space
         now, token = params.now, params.token
         jobs: list[ClaimedJob] = []
@@ -347,39 +341,18 @@ class MemoryJobStore:
         # Rounds as JobStore's: a round that met expired rows and came up short claims again.
         for _round in range(MAX_CLAIM_ROUNDS):
             ready = (r for r in s.rows_of(params.queue) if r.ready(now))
-            rows = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
-            past_ttl: list[_Row] = []
-            for row in rows:
-                lapsed = row.reserved_until is not None
-                row.reserved_until, row.reserved_token = params.until, token
-                row.reserved_by, row.reserved_instance = params.holder, params.instance
-                row.attempts += 1
-                if row.expires_at is not None and row.expires_at <= now:
-                    # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
-                    past_ttl.append(row)
-                    continue
-                limit = claim_limit(row.max_attempts, max_attempts)
-                if row.attempts > limit:
-                    self._dead_letter_in(row, exhausted_reason(limit), now, uncounted=1)
-                    dead += 1
-                    continue
-                jobs.append(
-                    ClaimedJob(
-                        row.id,
-                        row.queue,
-                        row.payload,
-                        row.priority,
-                        row.attempts,
-                        limit,
-                        token,
-                        row.uuid,
-                        lapsed,
-                    )
-                )
-            for row in past_ttl:
-                s.delete(row)
-            expired += len(past_ttl)
-            if not past_ttl or len(jobs) >= params.n:
+            taken = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
+            screened = screen([row.claim(params) for row in taken], now, token, max_attempts)
+            jobs += screened.jobs
+            by_id = {row.id: row for row in taken}
+            for claimed, limit in screened.exhausted:
+                self._dead_letter_in(by_id[claimed.id], exhausted_reason(limit), now, uncounted=1)
+            dead += len(screened.exhausted)
+            for claimed in screened.past_ttl:
+                # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
+                s.delete(by_id[claimed.id])
+            expired += len(screened.past_ttl)
+            if not screened.past_ttl or len(jobs) >= params.n:
                 break
         return ClaimResult(jobs, dead, expired)
 
@@ -395,7 +368,7 @@ class MemoryJobStore:
         ``queues`` that has one, at once. Returns (acked, next job)."""
         now = self.clock()
         rows = [self._new_row(job, now) for job in then]
-        claims = [self._claim_params(q, 1, visibility) for q in queues]
+        claims = [ClaimParams.of(q, 1, visibility, self.clock(), self.holder) for q in queues]
         results: list[tuple[ClaimResult, str]] = []
         outcome: tuple[bool, ClaimedJob | None]
         with self._space.lock:

@@ -11,7 +11,6 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ..exceptions import ClaimLimitExceeded
 from .names import validate_queue_name
 
 #: Contract v1's column default for ``max_attempts``.
@@ -20,10 +19,6 @@ DEFAULT_MAX_ATTEMPTS = 25
 #: The most jobs one claim may hand out. A larger request raises
 #: :class:`~kombu_sqlqueue.exceptions.ClaimLimitExceeded`; it is never trimmed.
 MAX_CLAIM = 1000
-
-#: Claim rounds at most in one claim whose rows had expired (each round discards at
-#: least one; a claim left short by more is followed by the consumer's next poll).
-MAX_CLAIM_ROUNDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,23 +201,3 @@ def dedupe_key(key: str, window: float) -> str:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
         return f"sha256:{digest}"
     return key
-
-
-def check_claim(queue: str, n: int) -> None:
-    """Refuse a claim of a bad queue name, or of more than :data:`MAX_CLAIM` jobs."""
-    validate_queue_name(queue)
-    if n > MAX_CLAIM:
-        raise ClaimLimitExceeded(
-            f"a claim may hand out at most {MAX_CLAIM} jobs; {n} were asked for"
-        )
-
-
-def claim_limit(row_limit: int, claimer_limit: int | None) -> int:
-    """The attempts a claimed row may use: the row's ``max_attempts`` or the claimer's,
-    whichever is lower."""
-    return row_limit if claimer_limit is None else min(row_limit, claimer_limit)
-
-
-def exhausted_reason(limit: int) -> str:
-    """The dead letter's reason for a row a claim found past its attempts limit."""
-    return f"max attempts exceeded ({limit} of {limit} used)"

@@ -15,7 +15,6 @@ error, like an empty claim.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Self
@@ -24,13 +23,13 @@ import sqlalchemy as sa
 
 from ..limits import fit_utf8
 from .admin import ContractAdmin
+from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
 from .database import Database, StoreOptions, TableStore
 from .engines.base import Listener
 from .enlist import Enlistment
 from .executor import Tx
 from .model import (
     DEDUPE_SWEEP_EVERY,
-    MAX_CLAIM_ROUNDS,
     Backlog,
     ClaimedJob,
     ClaimResult,
@@ -38,14 +37,10 @@ from .model import (
     Holding,
     NewJob,
     Receipt,
-    check_claim,
-    claim_limit,
     dedupe_key,
-    exhausted_reason,
     job_times,
     ready_at,
     reservation_deadline,
-    this_instance,
 )
 from .names import validate_queue_name
 from .schema import ADD_COLUMN, CONTRACT_TABLES, TableSpec
@@ -223,19 +218,20 @@ class JobStore(TableStore):
         whichever is lower — is dead-lettered in the same transaction instead
         of handed out. Jobs come back in claim order (priority, then age).
         """
-        params = self._claim_params(queue, n, visibility)
+        params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
         if n <= 0:
             return ClaimResult([])
         if self.q.claim_in_one_statement:
             # The claim statement alone (one round trip); only rows that must not be
             # handed out (past their TTL or attempts) need a transaction after it, fenced
             # by the claim's token like any settlement.
-            rows = self._run(lambda tx: self.q.claim_rows(tx, params), single=True)
-            plain = self._plain_claim(rows, params["now"], params["token"], max_attempts)
-            if plain is not None:
-                result = ClaimResult(plain)
+            binds = params.binds()
+            rows = self._run(lambda tx: self.q.claim_rows(tx, binds), single=True)
+            first = screen(rows, params.now, params.token, max_attempts)
+            if first.plain:
+                result = ClaimResult(first.jobs)
             else:
-                result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, rows))
+                result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, first))
         else:
             result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
         result.log(logger, queue)
@@ -243,83 +239,39 @@ class JobStore(TableStore):
             self.stop_waiting()
         return result
 
-    def _claim_params(self, queue: str, n: int, visibility: float) -> dict[str, Any]:
-        check_claim(queue, n)
-        clock = self.clock()
-        return {
-            "queue": queue,
-            "n": int(n),
-            "now": int(clock),
-            "until": reservation_deadline(clock, visibility),
-            "token": secrets.token_hex(16),
-            "holder": self.holder,
-            "instance": this_instance(),
-        }
-
-    @staticmethod
-    def _plain_claim(
-        rows: list[Any], now: int, token: str, max_attempts: int | None
-    ) -> list[ClaimedJob] | None:
-        """The claimed jobs, in claim order, when every row may be handed out; None when a
-        row is past its TTL or its attempts (``_claim_in`` settles those)."""
-        jobs = []
-        for row in sorted(rows, key=lambda r: (-r[3], r[4], r[0])):
-            job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires = row[:9]
-            limit = claim_limit(row_limit, max_attempts)
-            if (expires is not None and expires <= now) or attempts > limit:
-                return None
-            jobs.append(
-                ClaimedJob(
-                    job_id, q, bytes(payload), priority, attempts, limit, token, uuid, row[9]
-                )
-            )
-        return jobs
-
     def _claim_in(
         self,
         tx: Tx,
-        params: dict[str, Any],
+        params: ClaimParams,
         max_attempts: int | None,
-        claimed: list[Any] | None = None,
+        first: Screened | None = None,
     ) -> ClaimResult:
-        """Claim in ``tx``, settling rows that must not be handed out; ``claimed``: the
-        rows of a first round already claimed (by ``claim``'s one statement)."""
-        token, now, wanted = params["token"], params["now"], params["n"]
+        """Claim in ``tx``, settling what :func:`.claiming.screen` says must not be handed
+        out; ``first``: a first round already claimed and screened (by ``claim``'s one
+        statement)."""
+        token, now = params.token, params.now
         jobs: list[ClaimedJob] = []
         dead = expired = 0
         # A round that met expired rows and came up short claims again: the queue may hold
         # live ones behind them. Each round is an ordinary claim (SKIP LOCKED where the
         # engine has it), so passing expired rows never blocks or deadlocks other claimers.
         for round_ in range(MAX_CLAIM_ROUNDS):
-            # id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-            # expires_at, lapsed
-            if round_ == 0 and claimed is not None:
-                rows = list(claimed)
+            if round_ == 0 and first is not None:
+                screened = first
             else:
-                rows = self.q.claim_rows(tx, {**params, "n": wanted - len(jobs)})
-            rows.sort(key=lambda r: (-r[3], r[4], r[0]))
-            past_ttl: list[int] = []
-            for row in rows:
-                job_id, q, payload, priority, _avail, attempts, row_limit, uuid, expires = row[:9]
-                if expires is not None and expires <= now:
-                    past_ttl.append(job_id)
-                    continue
-                limit = claim_limit(row_limit, max_attempts)
-                if attempts > limit:
-                    reason = exhausted_reason(limit)
-                    self._dead_letter_in(tx, Receipt(job_id, token), reason, now, uncounted=1)
-                    dead += 1
-                    continue
-                jobs.append(
-                    ClaimedJob(
-                        job_id, q, bytes(payload), priority, attempts, limit, token, uuid, row[9]
-                    )
-                )
-            if past_ttl:
+                rows = self.q.claim_rows(tx, params.more(params.n - len(jobs)).binds())
+                screened = screen(rows, now, token, max_attempts)
+            jobs += screened.jobs
+            for row, limit in screened.exhausted:
+                reason = exhausted_reason(limit)
+                self._dead_letter_in(tx, Receipt(row.id, token), reason, now, uncounted=1)
+            dead += len(screened.exhausted)
+            if screened.past_ttl:
                 # Past their TTL: discarded unconsumed, as AMQP does (not a failure).
-                tx.execute_bound(self.q.job_ack_many.bindparams(token=token, ids=past_ttl))
-                expired += len(past_ttl)
-            if not past_ttl or len(jobs) >= wanted:
+                ids = [row.id for row in screened.past_ttl]
+                tx.execute_bound(self.q.job_ack_many.bindparams(token=token, ids=ids))
+                expired += len(ids)
+            if not screened.past_ttl or len(jobs) >= params.n:
                 break
         return ClaimResult(jobs, dead, expired)
 
@@ -336,7 +288,7 @@ class JobStore(TableStore):
         and taking the next pays one commit instead of two. Returns (acked, next job)."""
         now = self.clock()
         rows = [self._job_row(job, now) for job in then]
-        claims = [self._claim_params(q, 1, visibility) for q in queues]
+        claims = [ClaimParams.of(q, 1, visibility, self.clock(), self.holder) for q in queues]
         ack = {"id": receipt.job_id, "token": receipt.token}
         dead: list[tuple[ClaimResult, str]] = []
 
@@ -348,7 +300,7 @@ class JobStore(TableStore):
                     self.q.insert_job(tx, row)
             for params in claims:
                 result = self._claim_in(tx, params, max_attempts)
-                dead.append((result, params["queue"]))
+                dead.append((result, params.queue))
                 if result.jobs:
                     return acked, result.jobs[0]
             return acked, None

@@ -227,3 +227,13 @@ def test_kombu_sqlqueue_names_no_laravel() -> None:
         if (found := laravel_names(path.read_text(encoding="utf-8")))
     }
     assert offenders == {}
+
+
+def test_every_contract_store_screens_its_claims_with_the_one_rule() -> None:
+    """One claim screen (``store/claiming.py``): the SQL store and the memory store both
+    use it, and neither defines the claim rules (TTL, attempts limit) again."""
+    graph = imports()
+    for store in ("kombu_sqlqueue.store.store", "kombu_sqlqueue.store.memory"):
+        assert "kombu_sqlqueue.store.claiming" in graph[store], store
+        source = (ROOT / (store.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+        assert "claim_limit(" not in source and "def screen" not in source, store

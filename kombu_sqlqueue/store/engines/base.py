@@ -19,6 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 
 from ...exceptions import ConfigurationError, StoreConditionError
+from ..claiming import ClaimedRow
 from ..schema import build_metadata
 
 if TYPE_CHECKING:
@@ -492,12 +493,11 @@ class Queries:
     #: (autocommit on a server engine: one round trip instead of BEGIN, claim, COMMIT).
     claim_in_one_statement: ClassVar[bool] = False
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        """Reserve up to ``params["n"]`` ready rows; return (id, queue, payload, priority,
-        available_at, attempts, max_attempts, uuid, expires_at, lapsed) tuples."""
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
+        """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
+        <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
         lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
-        rows = tx.execute(self.job_claim, params).fetchall()
-        return [(*row, int(row[0]) in lapsed) for row in rows]
+        return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in tx.execute(self.job_claim, params)]
 
     # -- what another table layout's statements are built from --------------------------
     # A layout a package adds (its own tables and rules, e.g. another runtime's queue)

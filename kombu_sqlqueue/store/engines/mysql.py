@@ -28,6 +28,7 @@ from ...exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
+from ..claiming import ClaimedRow
 from .base import Queries, ServerEngine
 
 if TYPE_CHECKING:
@@ -86,8 +87,10 @@ class MySQLQueries(Queries):
     # in order and locking with SKIP LOCKED (MariaDB 10.4+ and MySQL 8.0.31+ take a
     # locking clause in a parenthesized UNION member), reading the columns handed out:
     # with the UPDATE, a claim is BEGIN, lock, mark, COMMIT (it was six statements, each
-    # a round trip and PyMySQL parsing its result in Python).
-    job_claim_lock = sa.text(
+    # a round trip and PyMySQL parsing its result in Python). It keeps the claim's name:
+    # neither MariaDB nor MySQL has UPDATE … RETURNING, so where the other engines' one
+    # statement reserves and reads, this one reads and locks and job_claim_mark reserves.
+    job_claim = sa.text(
         """
         (SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
                 expires_at, 0 AS lapsed
@@ -113,15 +116,18 @@ class MySQLQueries(Queries):
         """
     ).bindparams(sa.bindparam("ids", expanding=True))
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        candidates = list(tx.execute(self.job_claim_lock, params).fetchall())
-        candidates.sort(key=lambda r: (-r[3], r[4], r[0]))
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
+        # Each half is in claim order; together they are not, and only n are taken.
+        candidates = sorted(
+            (ClaimedRow.read(r, r[9]) for r in tx.execute(self.job_claim, params)),
+            key=ClaimedRow.order,
+        )
         picked = candidates[: params["n"]]
         if not picked:
             return []
         tx.execute_bound(
             self.job_claim_mark.bindparams(
-                ids=[int(r[0]) for r in picked],
+                ids=[r.id for r in picked],
                 until=params["until"],
                 token=params["token"],
                 holder=params["holder"],
@@ -129,7 +135,7 @@ class MySQLQueries(Queries):
             )
         )
         # The rows as marked: attempts counted (the rows are locked: no one else wrote).
-        return [(*r[:5], r[5] + 1, *r[6:9], bool(r[9])) for r in picked]
+        return [r._replace(attempts=r.attempts + 1) for r in picked]
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         first = int(self._insert_values(tx, rows, returning=False).lastrowid)

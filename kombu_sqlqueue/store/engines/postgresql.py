@@ -45,6 +45,7 @@ from ...exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
+from ..claiming import ClaimedRow
 from .base import Listener, Queries, RowsInsert, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,8 @@ class PostgreSQLQueries(Queries):
     # claim needs no transaction of its own (see JobStore.claim).
     claim_in_one_statement: ClassVar[bool] = True
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        return list(tx.execute(self.job_claim, params).fetchall())
+    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
+        return [ClaimedRow.read(r, r[9]) for r in tx.execute(self.job_claim, params)]
 
     binding_add = sa.text(
         """
