@@ -392,6 +392,16 @@ class QoS(virtual.QoS):
         super().ack(delivery_tag)
         self.channel.connection.room_freed.set()
 
+    def room(self) -> int | None:
+        """How many more deliveries the consumer's prefetch allows now (None: no limit)."""
+        room: int | None = self.can_consume_max_estimate()
+        return room
+
+    def holds_unsettled(self) -> bool:
+        """True while a delivery handed to the consumer awaits its ack or reject (Kombu
+        keeps a settled one in ``_delivered`` until it flushes ``_dirty``)."""
+        return len(self._delivered) > len(self._dirty)
+
     def _headers(self, delivery_tag: str) -> Any:
         message = self._delivered.get(delivery_tag)
         return getattr(message, "headers", None) or {}

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from queue import Empty
 from time import monotonic
@@ -50,18 +49,15 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from . import holders, lifecycle
 from ._version import __version__
+from .consuming import ChannelConsumer
 from .envelope import (
     dedupe_identity,
-    delivery,
-    delivery_tag,
     eta_delay,
     is_transient,
     new_job,
-    read_message,
     receipt_of,
 )
 from .exceptions import (
-    MalformedMessage,
     SqlQueueError,
     StoreConditionError,
     StoreConnectionError,
@@ -71,17 +67,15 @@ from .expiry import QueueKeeper
 from .formats import (
     DeliveryStore,
     QueueFormat,
-    Undeliverable,
     load_formats,
     settle,
     tell_settled,
 )
-from .isolation import RedeliveryIsolation
 from .options import TransportOptions
-from .qos import Held, HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
+from .qos import HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
 from .registration import database_url, register
 from .routing import RoutingCache
-from .store import ClaimedJob, JobContract, NewJob, Receipt, TopologyContract, open_store
+from .store import JobContract, NewJob, TopologyContract, open_store
 from .store.contract import driver_version, render_url
 from .store.enlist import Enlistment, active, joined_or_own
 from .store.holders import recover_dead_holds
@@ -103,17 +97,12 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self.store: JobContract = connection.store
         self.options: TransportOptions = connection.options
-        self._noack_queues: set[str] = set()
         #: What this channel remembers of askr_bindings.
         self.routes = RoutingCache(self.options.bindings_cache_seconds)
-        #: no_ack queue -> messages claimed (and so settled) but not yet delivered.
-        self._noack_buffer: dict[str, deque[dict[str, Any]]] = {}
         #: Queues this channel declared auto_delete: deleted when it stops consuming them.
         self._auto_delete: set[str] = set()
-        #: A redelivered message is delivered alone.
-        self._isolation = RedeliveryIsolation(self.options.visibility_timeout)
-        #: Queues whose last claim came back short (drained) since the last idle wait.
-        self.drained: set[str] = set()
+        #: The consume half: claim, hold, read, deliver (consuming.py).
+        self.consumer = ChannelConsumer(self, connection, self.options)
         #: (exchange, key, queue) this channel bound in a caller's transaction (SQLite,
         #: enlisted): stored again by ``_lookup`` if that transaction rolled back.
         self._bound_in_transaction: set[tuple[str, str, str]] = set()
@@ -197,256 +186,23 @@ class Channel(virtual.Channel):
         # duplicate a row that is still in the table.
         raise NotImplementedError("kombu-sqlqueue restores through its QoS, not by republishing")
 
-    # -- consuming --------------------------------------------------------------------
-
-    def _decode(self, job: ClaimedJob, store: DeliveryStore) -> dict[str, Any] | None:
-        """The delivery of ``job``, or None after dead-lettering an unreadable row (or one
-        its queue's format will not hand out)."""
-        fmt = self.connection.formats.get(job.queue)
-        try:
-            if fmt is None:
-                return delivery(job, read_message(job.payload, self.codecs))
-            return delivery(job, fmt.read(job))
-        except Undeliverable as exc:
-            reason = str(exc)
-        except MalformedMessage as exc:
-            reason = f"malformed stored message: {exc}"
-        except Exception as exc:  # a check that itself failed: still the row's fault
-            reason = f"malformed stored message: {type(exc).__name__}: {exc}"
-        where = "askr_failed_jobs" if fmt is None else f"the failed table of format {fmt.name}"
-        logger.error("job %d on queue %r: %s; moved to %s", job.id, job.queue, reason, where)
-        store.dead_letter(job.receipt, reason)
-        return None
-
-    def _claim(self, queue: str, n: int, *, isolate: bool = False) -> list[dict[str, Any]]:
-        """Claim up to ``n`` jobs of ``queue`` and read them; unreadable rows are dead-lettered.
-
-        A storage condition (full disk, read-only database) claims nothing: it is reported
-        once and the consumer polls on. If anything fails half-way, what was claimed and
-        not settled is handed back, so no row stays reserved by this process for nothing.
-        """
-        if n <= 0:
-            return []
-        limit = self.options.for_queue(queue).max_attempts
-        store = self.connection.store_for(queue)
-        try:
-            claimed = store.claim(queue, n, self.options.visibility_timeout, limit)
-        except StoreConditionError as exc:
-            self.connection.report_condition(exc)
-            return []
-        jobs = claimed.jobs
-        if len(jobs) + claimed.dead_lettered + claimed.expired < n:
-            self.drained.add(queue)
-        else:
-            self.drained.discard(queue)
-        self.connection.condition_cleared()
-        noack = queue in self._noack_queues
-        held = self.connection.held
-        messages: list[dict[str, Any]] = []
-        try:
-            if isolate:
-                jobs = self._isolate_redelivered(jobs, queue)
-            for job in jobs:
-                if not noack:  # held first: a failure below hands it back
-                    held.add(delivery_tag(job.receipt), Held(job.receipt, queue, job.attempts))
-                message = self._decode(job, store)
-                if message is None:
-                    held.pop(delivery_tag(job.receipt))
-                else:
-                    messages.append(message)
-            if noack and messages:
-                # no_ack consumers (Celery's pidbox, events) settle on receipt: one statement.
-                store.ack_many([receipt_of(m["properties"]["delivery_tag"]) for m in messages])
-        except BaseException:
-            self._hand_back([job.receipt for job in jobs], queue)
-            raise
-        if messages and not noack:
-            self.connection.renewer.ensure_started()
-        return messages
-
-    def _batch_size(self) -> int:
-        if self._isolating():
-            return 0
-        room = self.qos.can_consume_max_estimate()
-        limit = self.options.claim_batch_size
-        return limit if room is None else max(0, min(room, limit))
-
-    def _holds_deliveries(self) -> bool:
-        qos = self.qos
-        return len(qos._delivered) > len(qos._dirty)
+    # -- consuming (consuming.py: claim, hold, read, deliver) --------------------------
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        messages = self._claim(queue, 1)
-        if not messages:
-            raise Empty()
-        return messages[0]
+        return self.consumer.get(queue)
 
     def _get_and_deliver(self, queue: str, callback: Callable[[Any, str], Any]) -> None:
-        """Claim a batch for the consumer's free prefetch room, and deliver each message.
-
-        A no_ack queue (a reply queue, a monitor's events) delivers one message per call,
-        as from a broker, the rest of its batch kept here: Kombu's pidbox collects
-        ``limit`` replies with one ``drain_events`` each, and would wait out its whole
-        timeout for a reply it was handed already.
-        """
-        if queue in self._noack_queues:
-            buffered = self._noack_buffer.get(queue)
-            if not buffered:
-                buffered = self._noack_buffer[queue] = deque(
-                    self._claim(queue, self.options.claim_batch_size)
-                )
-            if not buffered:
-                raise Empty()
-            callback(buffered.popleft(), queue)
-            return
-        if queue in self.drained and self.connection.wakes_on_enqueue(queue):
-            # Drained at the last claim, and a job enqueued since wakes an idle consumer
-            # (this one, or the one whose turn it is): no claim before the idle wait.
-            raise Empty()
-        messages = self._claim(queue, self._batch_size(), isolate=True)
-        if not messages:
-            raise Empty()
-        self._deliver_broadcasts_first()
-        self._deliver_batch(queue, messages, callback)
-
-    def _deliver_broadcasts_first(self) -> None:
-        """Before handing over claimed messages, deliver what waits on this connection's
-        broadcast queues (no_ack queues bound to a fanout exchange: Celery's pidbox).
-
-        A ``revoke`` published before its task is then seen first, as on Redis, whose
-        one BRPOP reads every queue at once; polled in turn, the task could be claimed
-        from its queue just after the pidbox queue was found empty. Costs one read per
-        non-empty claim while the broadcast queues are empty.
-        """
-        transport = self.connection
-        for channel in list(transport.channels):
-            for queue in channel._broadcast_queues():
-                for _ in range(self.options.claim_batch_size):
-                    if not channel._noack_buffer.get(queue) and not channel._size(queue):
-                        break
-                    try:
-                        channel._get_and_deliver(queue, transport._deliver)
-                    except Empty:
-                        break
-
-    def _broadcast_queues(self) -> list[str]:
-        """This channel's consumed no_ack queues bound to a fanout exchange."""
-        return [
-            queue
-            for queue in self._noack_queues
-            if queue in self._active_queues
-            and any(
-                self.state.exchanges.get(b.exchange, {}).get("type") == "fanout"
-                for b in self.state.queue_bindings(queue)
-            )
-        ]
-
-    def _isolate_redelivered(self, jobs: list[ClaimedJob], queue: str) -> list[ClaimedJob]:
-        """The jobs of a claim to deliver (a redelivered one alone: see isolation.py);
-        the others are handed back, attempts refunded."""
-        deliver, back = self._isolation.select(jobs, self._holds_deliveries())
-        if back:
-            self._hand_back([job.receipt for job in back], queue)
-        return deliver
-
-    def _isolating(self) -> bool:
-        """True while claims pause for a redelivered message (see isolation.py)."""
-        return self._isolation.pausing(self.connection.held, self._holds_deliveries())
-
-    def _deliver_batch(
-        self, queue: str, messages: list[dict[str, Any]], callback: Callable[[Any, str], Any]
-    ) -> None:
-        """Hand the claimed messages to the consumer, in order.
-
-        A message whose reservation this process knows it lost is not handed over: its
-        new holder runs it. If the consumer raises on a message, that message keeps its
-        attempt (released with backoff: it is the one that failed), the messages after
-        it — claimed, never handed over — go back with their attempts refunded, and the
-        error goes on up.
-        """
-        tags = [m["properties"]["delivery_tag"] for m in messages]
-        for index, (tag, message) in enumerate(zip(tags, messages, strict=True)):
-            try:
-                if not self._still_ours(tag):
-                    continue
-            except BaseException:
-                self._hand_back([receipt_of(t) for t in tags[index:]], queue)
-                raise
-            try:
-                callback(message, queue)
-            except BaseException as exc:
-                self._hand_back([receipt_of(t) for t in tags[index + 1 :]], queue)
-                if isinstance(exc, Exception) and tag in self.connection.held:
-                    logger.error(
-                        "the consumer raised on delivery %s of queue %r (%s: %s); "
-                        "released with its attempt counted",
-                        tag,
-                        queue,
-                        type(exc).__name__,
-                        exc,
-                    )
-                    self.qos.release_failed(tag, f"{type(exc).__name__}: {exc}")
-                raise
-
-    def _still_ours(self, tag: str) -> bool:
-        """False (and the delivery dropped) when this process knows it lost the reservation
-        of ``tag``; checked with the database when no renewal has confirmed it for a
-        visibility timeout (the process was stopped, or stalled)."""
-        held = self.connection.held
-        entry = held.get(tag)
-        if entry is None:
-            return False
-        lost = held.is_lost(tag)
-        if not lost:
-            visibility = self.options.visibility_timeout
-            if monotonic() - max(entry.claimed_at, held.confirmed_at) < visibility:
-                return True
-            store = self.connection.store_for(entry.queue)
-            lost = entry.receipt not in store.renew([entry.receipt], visibility)
-        if lost:
-            held.pop(tag)
-            logger.warning(
-                "not starting job %d of queue %r: its reservation lapsed while this process "
-                "held it unstarted, and another consumer has it now",
-                entry.receipt.job_id,
-                entry.queue,
-            )
-            return False
-        return True
-
-    def _hand_back(self, receipts: list[Receipt], queue: str) -> None:
-        """Return claimed messages never handed to the consumer: ready now, attempt refunded.
-
-        Best effort: they leave this process's held set first (so nobody renews them), and
-        if the database refuses the return they come back when their reservation lapses.
-        """
-        held = self.connection.held
-        for receipt in receipts:
-            held.pop(delivery_tag(receipt))
-        store = self.connection.store_for(queue)
-        for receipt in receipts:
-            try:
-                store.return_job(receipt)
-            except StoreError as exc:
-                logger.warning(
-                    "could not hand back claimed messages (%s); they come back when their "
-                    "reservation lapses",
-                    exc,
-                )
-                return
+        self.consumer.get_and_deliver(queue, callback)
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         self.connection.recover_holds_once()
-        if no_ack:
-            self._noack_queues.add(queue)
+        self.consumer.start(queue, no_ack)
         return super().basic_consume(queue, no_ack, *args, **kwargs)
 
     def basic_cancel(self, consumer_tag: str) -> Any:
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
-            self._noack_queues.discard(queue)
-            # As from a broker: no_ack messages handed over and not yet consumed are gone.
-            self._noack_buffer.pop(queue, None)
+            self.consumer.stop(queue)
         result = super().basic_cancel(consumer_tag)
         if queue in self._auto_delete and queue not in self._active_queues:
             # AMQP's auto_delete: the queue goes when its (last) consumer does — a
@@ -621,11 +377,13 @@ class Channel(virtual.Channel):
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         if not no_ack:
             return super().basic_get(queue, no_ack, **kwargs)
-        self._noack_queues.add(queue)
+        # Claimed as a no_ack queue's (settled on receipt), for this call only.
+        noack = self.consumer.noack_queues
+        noack.add(queue)
         try:
             return super().basic_get(queue, True, **kwargs)
         finally:
-            self._noack_queues.discard(queue)
+            noack.discard(queue)
 
     # -- queue management ---------------------------------------------------------------
 
@@ -838,10 +596,10 @@ class Transport(virtual.Transport):
             consumed = {q for channel in self.channels for q in channel._active_queues}
             # No-ack queues (a worker's broadcast and reply queues) are read by this
             # consumer alone: it is woken for each of their messages, whoever else waits.
-            private = {q for channel in self.channels for q in channel._noack_queues}
+            private = {q for channel in self.channels for q in channel.consumer.noack_queues}
             woken = self.store.wait_for_jobs(wait, consumed, private & consumed)
             for channel in self.channels:
-                channel.drained.clear()  # waited: claim again (a wake-up, or a poll)
+                channel.consumer.drained.clear()  # waited: claim again (a wake-up, or a poll)
             if woken:
                 self._idle_rounds = 0
 
