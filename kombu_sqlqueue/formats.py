@@ -26,11 +26,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 from .exceptions import ConfigurationError, MalformedMessage
-from .store import ClaimedJob, ClaimResult, NewJob, Receipt, StoreOptions
-from .store.enlist import Enlistment
+from .store import ClaimedJob, DeliveryStore, NewJob, Receipt, StoreOptions
 
 logger = logging.getLogger(__name__)
 
@@ -66,79 +65,6 @@ class Fail:
 
 #: How a format settles a delivery its consumer did not finish.
 Outcome = Release | HandBack | Fail
-
-
-class DeliveryStore(Protocol):
-    """What the transport asks of the table a queue's rows live in; see
-    :class:`~kombu_sqlqueue.store.JobStore` (which has all of it) for each verb's rules.
-    Settlements are fenced by the :class:`~kombu_sqlqueue.store.Receipt` of a claim and
-    answer False, writing nothing, when it is stale."""
-
-    def ensure_ready(self) -> None:
-        """Connect and create (or verify) the tables, once."""
-        ...
-
-    def check_payload_size(self, size: int) -> None:
-        """Raise :class:`~kombu_sqlqueue.exceptions.MessageTooLarge` for a payload too large."""
-        ...
-
-    def enqueue(self, job: NewJob) -> int:
-        """Store one job; return its id."""
-        ...
-
-    def joined(self, enlistment: Enlistment) -> Self | None:
-        """This table writing in ``enlistment``'s transaction (``enlist``); None: none."""
-        ...
-
-    def claim(
-        self, queue: str, n: int, visibility: float, max_attempts: int | None = None
-    ) -> ClaimResult:
-        """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds."""
-        ...
-
-    def ack(self, receipt: Receipt) -> bool:
-        """Delete the job if ``receipt`` still holds it."""
-        ...
-
-    def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
-        """Ack and store ``jobs`` at once (nothing written when stale)."""
-        ...
-
-    def ack_many(self, receipts: Sequence[Receipt]) -> int:
-        """Ack several deliveries; return how many were still held."""
-        ...
-
-    def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
-        """Make the job ready again after ``delay`` seconds, attempts unchanged."""
-        ...
-
-    def return_job(self, receipt: Receipt, delay: float = 0.0) -> bool:
-        """Hand back an unstarted delivery, its attempt refunded."""
-        ...
-
-    def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
-        """Extend the reservations still held; return the receipts that were."""
-        ...
-
-    def dead_letter(self, receipt: Receipt, reason: str) -> bool:
-        """Settle the held job as failed with ``reason``."""
-        ...
-
-    def size(self, queue: str) -> int:
-        """Jobs waiting on ``queue``."""
-        ...
-
-    def purge(self, queue: str) -> int:
-        """Delete the unreserved jobs of ``queue``; return how many."""
-        ...
-
-    def delete_queue(self, queue: str) -> int:
-        """Delete every job of ``queue``; return how many."""
-        ...
-
-    def close(self) -> None:
-        """Release connections (the data stays)."""
-        ...
 
 
 class QueueFormat(Protocol):

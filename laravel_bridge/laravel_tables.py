@@ -488,7 +488,7 @@ class LaravelTableStore(TableStore):
 
 class LaravelDeliveries:
     """Laravel's ``jobs`` table as the Kombu transport's deliveries: what
-    ``kombu_sqlqueue.formats.DeliveryStore`` asks, over a :class:`LaravelTableStore`.
+    ``kombu_sqlqueue.store.DeliveryStore`` asks, over a :class:`LaravelTableStore`.
 
     A reservation's receipt is the row's id and the ``attempts`` value its pop wrote
     (token ``"L<attempts>"``: the fence every settlement here matches). The transport's

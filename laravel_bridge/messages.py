@@ -45,7 +45,6 @@ from kombu.utils import json as kombu_json
 from kombu_sqlqueue.envelope import delivery_tag, eta_delay
 from kombu_sqlqueue.exceptions import ConfigurationError, MalformedMessage
 from kombu_sqlqueue.formats import (
-    DeliveryStore,
     Fail,
     HandBack,
     Outcome,
@@ -53,7 +52,7 @@ from kombu_sqlqueue.formats import (
     Release,
     Undeliverable,
 )
-from kombu_sqlqueue.store import ClaimedJob, NewJob, StoreOptions
+from kombu_sqlqueue.store import ClaimedJob, DeliveryStore, NewJob, StoreOptions
 from kombu_sqlqueue.store.database import Database
 
 from . import celery_signals

@@ -5,7 +5,7 @@ twin for tests and examples (``MemoryJobStore``), and the interface both satisfy
 from __future__ import annotations
 
 from .backoff import BackoffPolicy
-from .contract import JobContract, TopologyContract, open_store
+from .contract import DeliveryStore, JobContract, TopologyContract, open_store
 from .database import Database, StoreOptions, TableStore, parse_store_url
 from .memory import MemoryJobStore, MemoryTopology
 from .model import (
@@ -33,6 +33,7 @@ __all__ = [
     "ClaimedJob",
     "Database",
     "DeadLetter",
+    "DeliveryStore",
     "JobContract",
     "JobStore",
     "MemoryJobStore",

@@ -1,6 +1,8 @@
 """The job store's interface, as its callers use it, and the one way to open a store.
 
-:class:`JobContract` is what the Kombu transport and a layout package's worker need of a store;
+:class:`DeliveryStore` holds the delivery verbs every table a consumer reads must have
+(contract v1's, or another layout's); :class:`JobContract` extends it with the rest of
+contract v1, and is what the Kombu transport and a layout package's worker need of a store;
 :class:`~.store.JobStore` (SQL) and :class:`~.memory.MemoryJobStore` (this process's
 memory) both satisfy it, and :func:`open_store` picks one by URL.
 """
@@ -72,79 +74,33 @@ class TopologyContract(Protocol):
         ...
 
 
-class JobContract(Protocol):
-    """Contract v1's job operations; see :class:`~.store.JobStore` for each verb's rules.
-
-    Settlements are fenced by a :class:`~.model.Receipt` and answer ``False`` when stale.
-    """
-
-    #: Unix-seconds clock, read once per operation; tests replace it.
-    clock: Callable[[], float]
-    #: The name claims sign their reservations with (seed 001's consumer identity).
-    holder: str | None
-
-    @property
-    def topology(self) -> TopologyContract:
-        """Bindings and queue records, beside the jobs."""
-        ...
-
-    @property
-    def single_writer(self) -> bool:
-        """One writer at a time for the whole database (SQLite): see ``BaseEngine``."""
-        ...
-
-    def topology_in(self, enlistment: Enlistment | None) -> TopologyContract:
-        """Where a binding made now is stored (see ``JobStore.topology_in``)."""
-        ...
+class DeliveryStore(Protocol):
+    """The delivery verbs: what a consumer asks of any table a queue's rows live in —
+    contract v1's (:class:`JobContract` extends this) or a layout's a queue format opens
+    (``kombu_sqlqueue.formats``). See :class:`~.store.JobStore` for each verb's rules.
+    Settlements are fenced by the :class:`~.model.Receipt` of a claim and answer False,
+    writing nothing, when it is stale."""
 
     def ensure_ready(self) -> None:
         """Connect and create (or verify) the tables, once."""
-        ...
-
-    def create_schema(self) -> None:
-        """Create the tables if absent (idempotent)."""
-        ...
-
-    def verify_schema(self) -> None:
-        """Raise :class:`~kombu_sqlqueue.exceptions.SchemaMismatch` unless the tables fit."""
         ...
 
     def check_payload_size(self, size: int) -> None:
         """Raise :class:`~kombu_sqlqueue.exceptions.MessageTooLarge` for a payload too large."""
         ...
 
-    def joined(self, enlistment: Enlistment) -> Self | None:
-        """This store writing in ``enlistment``'s transaction; None: none to join."""
-        ...
-
     def enqueue(self, job: NewJob) -> int:
         """Store one job; return its id."""
         ...
 
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
-        """Store many jobs at once; return their ids in order."""
-        ...
-
-    def enqueue_once(self, job: NewJob, key: str, window: float) -> int | None:
-        """Store ``job`` unless ``key`` was first written to its queue less than
-        ``window`` seconds ago; its id, or None when nothing was written."""
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """This table writing in ``enlistment``'s transaction (``enlist``); None: none."""
         ...
 
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
     ) -> ClaimResult:
         """Reserve up to ``n`` ready jobs of ``queue`` for ``visibility`` seconds."""
-        ...
-
-    def ack_and_claim(
-        self,
-        receipt: Receipt,
-        then: Sequence[NewJob],
-        queues: Sequence[str],
-        visibility: float,
-        max_attempts: int | None = None,
-    ) -> tuple[bool, ClaimedJob | None]:
-        """Ack (storing ``then``) and claim the next job of the first of ``queues``, at once."""
         ...
 
     def ack(self, receipt: Receipt) -> bool:
@@ -172,7 +128,77 @@ class JobContract(Protocol):
         ...
 
     def dead_letter(self, receipt: Receipt, reason: str) -> bool:
-        """Move the held job to the dead letters with ``reason``."""
+        """Settle the held job as failed with ``reason``."""
+        ...
+
+    def size(self, queue: str) -> int:
+        """Jobs waiting on ``queue`` (contract v1: ready, delayed, or with a lapsed
+        reservation; another layout by its own rule)."""
+        ...
+
+    def purge(self, queue: str) -> int:
+        """Delete the unreserved jobs of ``queue``; return how many."""
+        ...
+
+    def delete_queue(self, queue: str) -> int:
+        """Delete every job of ``queue``; return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (the data stays)."""
+        ...
+
+
+class JobContract(DeliveryStore, Protocol):
+    """Contract v1's job operations: the delivery verbs, and the rest of the contract (bulk
+    and once-only enqueue, ack-and-claim, backlog, holders, dead letters, waiting); see
+    :class:`~.store.JobStore` for each verb's rules."""
+
+    #: Unix-seconds clock, read once per operation; tests replace it.
+    clock: Callable[[], float]
+    #: The name claims sign their reservations with (seed 001's consumer identity).
+    holder: str | None
+
+    @property
+    def topology(self) -> TopologyContract:
+        """Bindings and queue records, beside the jobs."""
+        ...
+
+    @property
+    def single_writer(self) -> bool:
+        """One writer at a time for the whole database (SQLite): see ``BaseEngine``."""
+        ...
+
+    def topology_in(self, enlistment: Enlistment | None) -> TopologyContract:
+        """Where a binding made now is stored (see ``JobStore.topology_in``)."""
+        ...
+
+    def create_schema(self) -> None:
+        """Create the tables if absent (idempotent)."""
+        ...
+
+    def verify_schema(self) -> None:
+        """Raise :class:`~kombu_sqlqueue.exceptions.SchemaMismatch` unless the tables fit."""
+        ...
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Store many jobs at once; return their ids in order."""
+        ...
+
+    def enqueue_once(self, job: NewJob, key: str, window: float) -> int | None:
+        """Store ``job`` unless ``key`` was first written to its queue less than
+        ``window`` seconds ago; its id, or None when nothing was written."""
+        ...
+
+    def ack_and_claim(
+        self,
+        receipt: Receipt,
+        then: Sequence[NewJob],
+        queues: Sequence[str],
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[bool, ClaimedJob | None]:
+        """Ack (storing ``then``) and claim the next job of the first of ``queues``, at once."""
         ...
 
     def dead_letter_message(self, job: NewJob, reason: str) -> None:
@@ -191,18 +217,6 @@ class JobContract(Protocol):
         self, holder: str, *, queue: str | None = None, instance: str | None = None
     ) -> int:
         """Hand back ``holder``'s reservations (of ``queue``; of process ``instance``)."""
-        ...
-
-    def size(self, queue: str) -> int:
-        """Jobs waiting on ``queue``: ready, delayed, or with a lapsed reservation."""
-        ...
-
-    def purge(self, queue: str) -> int:
-        """Delete the unreserved jobs of ``queue``; return how many."""
-        ...
-
-    def delete_queue(self, queue: str) -> int:
-        """Delete every job of ``queue``; return how many."""
         ...
 
     def sweep_dead_letters(self, retention: float) -> int:
@@ -230,10 +244,6 @@ class JobContract(Protocol):
 
     def stop_waiting(self) -> None:
         """This consumer will not wait for a while: wake another idle one meanwhile."""
-        ...
-
-    def close(self) -> None:
-        """Release connections (the data stays)."""
         ...
 
 
