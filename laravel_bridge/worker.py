@@ -24,7 +24,7 @@ One loop, one job at a time, as ``php artisan queue:work`` runs:
    attempt (the payload's list, else ``--backoff``).
 
 A job no handler here knows is handed back for another worker (``unknown_jobs``,
-``unknown_delay``): see ``Worker._unknown`` for how that stays out of a loop.
+``unknown_delay``): see ``laravel_bridge.unknown`` for how that stays out of a loop.
 
 Safety cap: a job that fails on its ``attempts_cap``-th attempt (by default what
 the jobs table's ``attempts`` column holds: 255 for Laravel 8-12's ``TINYINT`` on
@@ -38,18 +38,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 import uuid as uuid_module
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import FrameType
 from typing import Literal
 
 from kombu_sqlqueue.exceptions import MessageTooLarge
 
+from .alarms import JobTimedOut, WorkerSignals, in_main_thread
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
@@ -66,8 +65,9 @@ from .outcomes import (
     storable_text,
     unique_lock,
 )
-from .payload import MAX_DELAY_SECONDS, MAX_PAYLOAD_BYTES
+from .payload import MAX_PAYLOAD_BYTES
 from .tables import JobTable, PushJob, ReservedJob
+from .unknown import FailUnknown, UnknownJobPolicy, UnknownJobs
 
 logger = logging.getLogger(__name__)
 
@@ -105,23 +105,7 @@ def _log_escaped(text: str) -> str:
 
 logger.addFilter(_escape_record)
 
-UnknownJobPolicy = Literal["release", "fail"]
 ClaimPolicy = Literal["handled", "all"]
-
-#: The least delay an unknown job is released with (see ``Worker._unknown``).
-MIN_UNKNOWN_DELAY = 1.0
-#: How many unknown jobs a worker remembers having released (oldest forgotten first).
-UNKNOWN_MEMORY = 4096
-#: The longest timer a job's timeout sets (68 years: ``setitimer`` refuses far more).
-MAX_TIMEOUT = 2**31 - 1
-
-
-class JobTimedOut(BaseException):
-    """The job ran past its timeout.
-
-    A ``BaseException``, like ``KeyboardInterrupt``, so a handler's
-    ``except Exception`` does not swallow it.
-    """
 
 
 @dataclass
@@ -244,10 +228,11 @@ class Worker:
         self.prefetch = True
         self._finishing = False
         self._running = False
-        self._alarm_ready = False
-        self._timeout = 0
-        #: uuids of jobs this worker released as unknown, oldest first (see _unknown).
-        self._released_unknown: dict[str, None] = {}
+        #: SIGTERM/SIGINT stop the worker after the current job; SIGALRM ends a job past
+        #: its timeout (alarms.py).
+        self.signals = WorkerSignals(self.stop)
+        #: What becomes of a job no handler here knows (unknown.py).
+        self.unknown = UnknownJobs(self.options.unknown_jobs, self.options.unknown_delay)
         #: Laravel's rules for a job's outcome, with the app tables they write (this
         #: table's database) and their warnings, each once.
         self.rules = LaravelRules(
@@ -265,11 +250,11 @@ class Worker:
         """Work until stopped (or ``once`` / ``stop_when_empty`` / ``max_*`` say so); return the
         exit status (0)."""
         opts = self.options
-        if opts.timeout and threading.current_thread() is not threading.main_thread():
+        if opts.timeout and not in_main_thread():
             logger.warning(
                 "the worker runs outside the main thread: job timeouts cannot be enforced"
             )
-        with self._signals(), self._prefetching():
+        with self.signals.installed(), self._prefetching():
             started = time.monotonic()
             while not self.should_quit:
                 job = self.process_next()
@@ -302,10 +287,10 @@ class Worker:
         A job this worker already released as unknown, found again, is handed back and
         the sweep goes on to the jobs behind it, on this queue and the next: when it
         finds only such jobs it counts as none found, so ``stop_when_empty`` stops and the
-        loop idles ``sleep`` (see ``Worker._unknown``).
+        loop idles ``sleep`` (see ``laravel_bridge.unknown``).
         """
         # Bounded: each turn that comes back False handed back a job remembered as unknown.
-        for _turn in range(len(self._released_unknown) + 1):
+        for _turn in range(len(self.unknown) + 1):
             job, self._next = self._next, None
             if job is None:
                 job = self.pop()
@@ -353,32 +338,6 @@ class Worker:
                     self.table.release(left, 0, refund=True)
                 except Exception:
                     logger.exception("could not hand back job %s reserved ahead", left.id)
-
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            logger.info("received %s: stopping after the current job", signal.Signals(signum).name)
-            self.stop()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        # The timeout alarm's handler, installed once per run rather than once per job.
-        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
-        self._alarm_ready = True
-        try:
-            yield
-        finally:
-            self._alarm_ready = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
-    def _on_alarm(self, _signum: int, _frame: FrameType | None) -> None:
-        if self._timeout:
-            raise JobTimedOut(f"the job ran longer than its timeout of {self._timeout} s")
 
     # -- one job --------------------------------------------------------------------
 
@@ -464,7 +423,7 @@ class Worker:
             parsed.payload.timeout if parsed.payload.timeout is not None else (self.options.timeout)
         )
         try:
-            with self._time_limit(timeout):
+            with self.signals.time_limit(timeout):
                 # The worker's own Job: job.release() / job.fail() in the handler are read
                 # back from it when the handler returns.
                 handler.handle(parsed)
@@ -677,55 +636,29 @@ class Worker:
             logger.warning("job %s is malformed, and its reservation was taken over", job.id)
 
     def _unknown(self, job: ReservedJob, parsed: Job) -> bool:
-        """A job no handler here knows: fail it, or hand it back for another worker.
-
-        Handed back, it must neither come straight back to this worker nor keep it
-        busy (``--unknown-delay 0`` once made 60,723 releases in 10 s, and
-        ``--stop-when-empty`` never returned). Laravel's own release (8.83,
-        ``DatabaseQueue::deleteAndRelease``) deletes the row and inserts it again, so it
-        queues behind every waiting job; a Python worker adds two rules:
-
-        * the delay is at least ``MIN_UNKNOWN_DELAY`` (1 s): ``available_at`` holds
-          whole seconds, and contract v1's claim orders by ``available_at`` then id, so
-          a delay of 0 could leave the job in front of jobs that became ready in the
-          same second; 1 s puts it behind every job ready now on both layouts;
-        * the worker remembers the uuids it released as unknown (the last
-          :data:`UNKNOWN_MEMORY`). Meeting one again means the sweep found nothing it
-          can run: the job is handed back once more and the sweep counts as empty
-          (False), so ``stop_when_empty`` stops and a long-running worker idles
-          ``sleep`` seconds — at most one such release per sweep, never a hot loop.
-        """
-        closure = parsed.kind == "closure"
-        if self.options.unknown_jobs == "fail":
-            exc = LaravelBridgeError(
-                f"{parsed.name} is a queued closure: PHP code, which only a PHP worker can run"
-                if closure
-                else f"no handler is registered for {parsed.name}"
-            )
-            self._fail(job, parsed, exc, None)
+        """A job no handler here knows: fail it, or hand it back (unknown.py); False when
+        it was handed back before (the sweep found nothing this worker can run)."""
+        verdict = self.unknown.decide(parsed)
+        if isinstance(verdict, FailUnknown):
+            self._fail(job, parsed, verdict.error, None)
             return True
-        delay = min(max(self.options.unknown_delay, MIN_UNKNOWN_DELAY), MAX_DELAY_SECONDS)
-        again = parsed.uuid in self._released_unknown
-        if not self._settled(self.table.release(job, delay, refund=True), "release", job, parsed):
+        released = self.table.release(job, verdict.delay, refund=True)
+        if not self._settled(released, "release", job, parsed):
             return True
-        if again:
+        if verdict.again:
             logger.info(
                 "no handler for %s (job %s), met again: handed back for %s s",
                 parsed.name,
                 job.id,
-                delay,
+                verdict.delay,
             )
             return False
-        self._released_unknown[parsed.uuid] = None
-        if len(self._released_unknown) > UNKNOWN_MEMORY:
-            del self._released_unknown[next(iter(self._released_unknown))]
+        self.unknown.released(parsed)
         logger.warning(
             "%s (job %s): released for %s s with its attempt refunded",
-            f"{parsed.name} is a queued closure, PHP code only a PHP worker can run"
-            if closure
-            else f"no handler for {parsed.name}",
+            verdict.why,
             job.id,
-            delay,
+            verdict.delay,
         )
         return True
 
@@ -740,25 +673,3 @@ class Worker:
                 job.attempts,
             )
         return ok
-
-    # -- time limits ----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _time_limit(self, seconds: int) -> Iterator[None]:
-        """Raise :class:`JobTimedOut` in the handler after ``seconds`` (main thread only)."""
-        if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        seconds = min(seconds, MAX_TIMEOUT)
-
-        self._timeout = seconds
-        # Outside run() (process_next called directly) the handler is installed per job.
-        previous = None if self._alarm_ready else signal.signal(signal.SIGALRM, self._on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            self._timeout = 0
-            if previous is not None:
-                signal.signal(signal.SIGALRM, previous)

@@ -106,6 +106,7 @@ BRIDGE_SEAMS = {
     "laravel_bridge.sql": {"sqlalchemy"},
     "laravel_bridge.laravel_tables": {"sqlalchemy"},
     "laravel_bridge.messages": {"kombu"},
+    "laravel_bridge.celery_message": {"kombu"},
     "laravel_bridge.celery_signals": {"kombu", "celery"},
 }
 
@@ -128,7 +129,11 @@ def test_the_bridge_needs_neither_kombu_nor_sql() -> None:
 def test_only_the_transport_loads_the_bridges_kombu_side() -> None:
     """``import laravel_bridge`` (its worker, dispatch, CLI) needs no Kombu: no module of
     the bridge imports the format or the signal handler, except each other."""
-    kombu_side = {"laravel_bridge.messages", "laravel_bridge.celery_signals"}
+    kombu_side = {
+        "laravel_bridge.messages",
+        "laravel_bridge.celery_message",
+        "laravel_bridge.celery_signals",
+    }
     graph = ours(imports())
     offenders = {
         m: deps & kombu_side
