@@ -15,7 +15,6 @@ error, like an empty claim.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Self
 
@@ -25,7 +24,6 @@ from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
 from .database import Database, StoreOptions, TableStore
-from .engines.base import Listener
 from .enlist import Enlistment
 from .executor import Tx
 from .model import (
@@ -45,12 +43,30 @@ from .model import (
 from .names import validate_queue_name
 from .schema import ADD_COLUMN, CONTRACT_TABLES, TableSpec
 from .topology import Topology
+from .waiting import IdleWaits
 
 logger = logging.getLogger(__name__)
 
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
+
+
+def insert_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` in multi-row INSERTs of at most ENQUEUE_CHUNK rows, and of at most the
+    engine's payload limit ``budget`` in bytes (MySQL refuses a statement past
+    max_allowed_packet)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        n = len(row["payload"])
+        if chunk and (len(chunk) == ENQUEUE_CHUNK or size + n > budget):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(row)
+        size += n
+    if chunk:
+        yield chunk
 
 
 class JobStore(TableStore):
@@ -68,8 +84,8 @@ class JobStore(TableStore):
         self.topology = Topology(self)
         #: The operator's verbs (stats, peek, dead letters, purge), on this store.
         self.admin = ContractAdmin(self)
-        self._listener: Listener | None = None
-        self._listener_tried = False
+        #: Idle waits, on the engine's wake-up listener when it has one (waiting.py).
+        self._waits = IdleWaits(lambda: self.engine.listener(self.url))
         #: The name this store's claims sign their reservations with (a Celery node name;
         #: seed 001's consumer identity); None signs nothing (the process is still recorded).
         self.holder: str | None = None
@@ -185,27 +201,11 @@ class JobStore(TableStore):
 
         def work(tx: Tx) -> list[int]:
             ids: list[int] = []
-            for chunk in self._chunks(rows):
+            for chunk in insert_chunks(rows, self.engine.max_payload_bytes):
                 ids.extend(self.q.insert_jobs(tx, chunk))
             return ids
 
         return self._run(work)
-
-    def _chunks(self, rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-        """``rows`` in multi-row INSERTs of at most ENQUEUE_CHUNK rows, and of at most the
-        engine's payload limit in bytes (MySQL refuses a statement past max_allowed_packet)."""
-        budget = self.engine.max_payload_bytes
-        chunk: list[dict[str, Any]] = []
-        size = 0
-        for row in rows:
-            n = len(row["payload"])
-            if chunk and (len(chunk) == ENQUEUE_CHUNK or size + n > budget):
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(row)
-            size += n
-        if chunk:
-            yield chunk
 
     def claim(
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
@@ -528,34 +528,22 @@ class JobStore(TableStore):
         one of ``queues``. ``private``: those of ``queues`` only this consumer reads (a reply
         or broadcast queue), whose every enqueue wakes it.
 
-        PostgreSQL wakes on NOTIFY, one idle consumer of the same queues at a time
-        (``PgListener``); other engines just sleep (they are polled).
+        PostgreSQL wakes on NOTIFY (``PgListener``); other engines sleep (waiting.py).
         """
-        if seconds <= 0:
-            return False
-        if self._listener is None and not self._listener_tried:
-            self._listener_tried = True
-            self._listener = self.engine.listener(self.url)
-        if self._listener is not None:
-            return self._listener.wait(seconds, queues, private)
-        time.sleep(seconds)
-        return False
+        return self._waits.wait(seconds, queues, private)
 
     def wakes_on_enqueue(self) -> bool:
         """True when an enqueue is sure to end some idle consumer's ``wait_for_jobs``
         (PostgreSQL's listener, connected): a consumer that found its queue drained may
         then wait without polling it again first."""
-        return self._listener is not None and self._listener.wakes()
+        return self._waits.wakes()
 
     def stop_waiting(self) -> None:
         """This consumer will not wait for jobs for a while (it has work, or no room for
         more): another idle consumer of its queues is woken meanwhile."""
-        if self._listener is not None:
-            self._listener.leave()
+        self._waits.leave()
 
     def close(self) -> None:
         """Close every pooled connection (and the wake-up listener)."""
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        self._waits.close()
         super().close()

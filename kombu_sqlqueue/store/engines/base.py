@@ -72,17 +72,72 @@ ENQUEUE_COLUMNS = (
 DEAD_LETTER_COLUMNS = ("uuid", "queue", "payload", "exception", "attempts", "failed_at")
 
 
-class Queries:
+class LayoutPrimitives:
+    """What another table layout's statements are built from.
+
+    A layout a package adds (its own tables and rules, e.g. another runtime's queue)
+    builds its statements with SQLAlchemy Core from these, so it needs nothing per engine:
+    an engine's :class:`Queries` overrides the ones its database does differently, saying
+    why. Static methods; a layout reaches them on the engine's ``Queries`` class.
+    """
+
+    @staticmethod
+    def insert_or_nothing(table: sa.Table) -> Any:
+        """``INSERT`` into ``table`` that writes nothing when the row's key exists.
+        SQLite and PostgreSQL: ON CONFLICT DO NOTHING, through their dialect's insert
+        (the base's, SQLite's)."""
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    @staticmethod
+    def text_position(haystack: Any, needle: Any) -> Any:
+        """The 1-based position of ``needle`` in ``haystack``, 0 when absent."""
+        return sa.func.instr(haystack, needle)
+
+    @staticmethod
+    def text_read(column: Any) -> list[Any]:
+        """The columns that read a text column back (what :meth:`text_value` takes)."""
+        return [column]
+
+    @staticmethod
+    def text_value(found: Sequence[Any]) -> str | bytes:
+        """The value from the columns :meth:`text_read` selected."""
+        (value,) = found
+        return value if isinstance(value, str) else bytes(value)
+
+    @staticmethod
+    def returning_id(insert: sa.Insert, id_column: Any) -> sa.Executable:
+        """``insert`` of one row, made to hand back its generated ``id_column``
+        (:meth:`inserted_id` reads it)."""
+        return insert.returning(id_column)
+
+    @staticmethod
+    def inserted_id(tx: Tx, statement: sa.Executable, row: dict[str, Any]) -> int:
+        """Run :meth:`returning_id`'s ``statement`` for ``row``; return the new row's id."""
+        return int(tx.execute(statement, row).fetchone()[0])
+
+    @staticmethod
+    def rows_insert(table: sa.Table, columns: Sequence[str]) -> RowsInsert:
+        """Inserting many rows of ``table`` (values for ``columns``, the rest their
+        defaults) with one statement: a multi-row ``INSERT … VALUES``."""
+        one = sa.insert(table).values({c: sa.bindparam(c) for c in columns})
+
+        def run(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+            tx.execute_values(one, rows)
+
+        return run
+
+
+class Queries(LayoutPrimitives):
     """One engine's named statements, under the same names in every engine; an engine
     subclasses this and overrides what differs, saying why.
 
     * Contract v1 (``askr_*`` tables, fixed names): class attributes (``job_*``,
       ``queue_*``, ``binding_*``, ``dead_letter_*``) and the methods below them for
       statements that differ between engines by more than their text.
-    * The primitives another table layout builds its own statements from (static
-      methods: ``insert_or_nothing``, ``text_position``, ``text_read``/``text_value``,
-      ``returning_id``/``inserted_id``, ``rows_insert``): a layout a package adds needs
-      nothing per engine.
+    * The primitives another table layout builds its own statements from, inherited from
+      :class:`LayoutPrimitives` (``insert_or_nothing``, ``text_position``,
+      ``text_read``/``text_value``, ``returning_id``/``inserted_id``, ``rows_insert``),
+      overridden here per engine: a layout a package adds needs nothing per engine.
 
     One instance per store; the contract statements are shared by every instance.
     """
@@ -498,56 +553,6 @@ class Queries:
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
         lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
         return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in tx.execute(self.job_claim, params)]
-
-    # -- what another table layout's statements are built from --------------------------
-    # A layout a package adds (its own tables and rules, e.g. another runtime's queue)
-    # builds its statements with SQLAlchemy Core from these, so it needs nothing per
-    # engine: an engine overrides the ones its database does differently, saying why.
-
-    @staticmethod
-    def insert_or_nothing(table: sa.Table) -> Any:
-        """``INSERT`` into ``table`` that writes nothing when the row's key exists.
-        SQLite and PostgreSQL: ON CONFLICT DO NOTHING, through their dialect's insert
-        (the base's, SQLite's)."""
-        return sqlite_insert(table).on_conflict_do_nothing()
-
-    @staticmethod
-    def text_position(haystack: Any, needle: Any) -> Any:
-        """The 1-based position of ``needle`` in ``haystack``, 0 when absent."""
-        return sa.func.instr(haystack, needle)
-
-    @staticmethod
-    def text_read(column: Any) -> list[Any]:
-        """The columns that read a text column back (what :meth:`text_value` takes)."""
-        return [column]
-
-    @staticmethod
-    def text_value(found: Sequence[Any]) -> str | bytes:
-        """The value from the columns :meth:`text_read` selected."""
-        (value,) = found
-        return value if isinstance(value, str) else bytes(value)
-
-    @staticmethod
-    def returning_id(insert: sa.Insert, id_column: Any) -> sa.Executable:
-        """``insert`` of one row, made to hand back its generated ``id_column``
-        (:meth:`inserted_id` reads it)."""
-        return insert.returning(id_column)
-
-    @staticmethod
-    def inserted_id(tx: Tx, statement: sa.Executable, row: dict[str, Any]) -> int:
-        """Run :meth:`returning_id`'s ``statement`` for ``row``; return the new row's id."""
-        return int(tx.execute(statement, row).fetchone()[0])
-
-    @staticmethod
-    def rows_insert(table: sa.Table, columns: Sequence[str]) -> RowsInsert:
-        """Inserting many rows of ``table`` (values for ``columns``, the rest their
-        defaults) with one statement: a multi-row ``INSERT … VALUES``."""
-        one = sa.insert(table).values({c: sa.bindparam(c) for c in columns})
-
-        def run(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
-            tx.execute_values(one, rows)
-
-        return run
 
 
 def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:

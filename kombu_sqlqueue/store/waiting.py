@@ -1,0 +1,51 @@
+"""An idle consumer's wait for jobs, on the engine's wake-up listener when it has one.
+
+PostgreSQL wakes on NOTIFY, one idle consumer of the same queues at a time
+(``PgListener``); other engines have no listener and just sleep (they are polled). The
+listener is opened on the first wait — a producer never opens one — and tried once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+
+from .engines.base import Listener
+
+
+class IdleWaits:
+    """A store's idle waits (see the module docstring)."""
+
+    def __init__(self, open_listener: Callable[[], Listener | None]) -> None:
+        self._open_listener = open_listener
+        self._listener: Listener | None = None
+        self._tried = False
+
+    def wait(
+        self, seconds: float, queues: Collection[str] | None, private: Collection[str]
+    ) -> bool:
+        """Up to ``seconds``; True when woken early by a job on one of ``queues``."""
+        if seconds <= 0:
+            return False
+        if self._listener is None and not self._tried:
+            self._tried = True
+            self._listener = self._open_listener()
+        if self._listener is not None:
+            return self._listener.wait(seconds, queues, private)
+        time.sleep(seconds)
+        return False
+
+    def wakes(self) -> bool:
+        """True when an enqueue is sure to end some idle consumer's wait."""
+        return self._listener is not None and self._listener.wakes()
+
+    def leave(self) -> None:
+        """This consumer will not wait for a while: another idle one is woken meanwhile."""
+        if self._listener is not None:
+            self._listener.leave()
+
+    def close(self) -> None:
+        """Release the listening connection (a later wait opens none again)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
