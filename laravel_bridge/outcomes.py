@@ -75,6 +75,11 @@ class MaxAttemptsExceeded(LaravelBridgeError):
     """A job has been attempted too many times or ran too long."""
 
 
+# The name laravel-bridge work's failed rows have always carried for it (exception_text
+# writes the class's module), and it is still importable from there.
+MaxAttemptsExceeded.__module__ = "laravel_bridge.worker"
+
+
 # -- the failed row's text ----------------------------------------------------------------
 
 

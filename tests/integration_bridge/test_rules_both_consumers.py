@@ -1,0 +1,184 @@
+"""Each of Laravel's rules for a job's outcome, through both consumers that apply them:
+``laravel-bridge work`` (:class:`~laravel_bridge.worker.Worker`) and a Celery worker on a
+``laravel`` queue (:class:`~laravel_bridge.messages.LaravelFormat` through the transport,
+driven here as Celery's task machinery drives it: an ack on success, the signal handler's
+``fail_delivery`` on an exception or a timeout). Both decide by ``laravel_bridge/outcomes.py``;
+this shows they reach the same table state, on every engine and both layouts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from queue import Empty
+from typing import Any, Literal, Protocol
+
+import pytest
+from bridge_support import failed
+from kombu import Connection
+
+from laravel_bridge import HandlerRegistry, Job, JobCommand, LaravelQueue
+from laravel_bridge.alarms import JobTimedOut
+from laravel_bridge.tables import JobTable
+from laravel_bridge.worker import Worker, WorkerOptions
+
+QUEUE = "rules"
+CLASS = "App\\Jobs\\Ruled"
+Outcome = Literal["ok", "raise", "timeout"]
+
+
+class Consumer(Protocol):
+    """Takes the next ready job of ``QUEUE`` and runs it to ``outcome``; False if none
+    was handed out (none ready, or settled before it started)."""
+
+    ran: list[int]
+
+    def run(self, outcome: Outcome) -> bool: ...
+
+
+class LaravelWorker:
+    def __init__(self, table: JobTable) -> None:
+        self.ran: list[int] = []
+        self.outcome: Outcome = "ok"
+        registry = HandlerRegistry()
+        registry.register(CLASS, self._handle)
+        self.worker = Worker(table, WorkerOptions(queues=[QUEUE], sleep=0), handlers=registry)
+
+    def _handle(self, job: Job) -> None:
+        self.ran.append(job.attempts)
+        if self.outcome == "raise":
+            raise RuntimeError(f"boom {job.attempts}")
+        if self.outcome == "timeout":  # what the worker's alarm raises in the handler
+            raise JobTimedOut("the job ran longer than its timeout of 1 s")
+
+    def run(self, outcome: Outcome) -> bool:
+        self.outcome = outcome
+        before = len(self.ran)
+        self.worker.process_next()
+        return len(self.ran) > before
+
+
+class CeleryWorker:
+    def __init__(self, conn: Connection) -> None:
+        self.ran: list[int] = []
+        self.conn = conn
+
+    def run(self, outcome: Outcome) -> bool:
+        try:
+            message = self.conn.SimpleQueue(QUEUE).get(block=False)
+        except Empty:
+            return False
+        attempts = message.headers["laravel"]["attempts"]
+        self.ran.append(attempts)
+        if outcome != "ok":
+            # What laravel_bridge.celery_signals does when the task raises (or hits its
+            # soft time limit): the failure settled by Laravel's rules, then Celery's ack.
+            assert self.conn.transport.fail_delivery(
+                QUEUE,
+                message.delivery_tag,
+                message.headers,
+                f"RuntimeError: boom {attempts}",
+                timed_out=outcome == "timeout",
+            )
+        message.ack()
+        return True
+
+
+@pytest.fixture(params=["laravel-bridge work", "celery worker"])
+def consumer(request: pytest.FixtureRequest, db_url: str, layout: str) -> Iterator[Consumer]:
+    if request.param == "celery worker":
+        settings = {"format": "laravel", "layout": layout}
+        conn = Connection(
+            f"sqlqueue+{db_url}", transport_options={"queue_formats": {QUEUE: settings}}
+        )
+        yield CeleryWorker(conn)
+        conn.release()
+    else:
+        table: JobTable = request.getfixturevalue("table")
+        yield LaravelWorker(table)
+
+
+def dispatch(queue: LaravelQueue, **options: Any) -> str:
+    return queue.dispatch(CLASS, {"n": 1}, queue=QUEUE, **options).uuid
+
+
+def test_success_deletes_the_job_and_stores_the_next_of_its_chain(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, chain=[JobCommand.build(CLASS, {"n": 2}, queue=QUEUE)])
+    assert consumer.run("ok")
+    assert table.size(QUEUE) == 1  # the chain's next job, stored with the delete
+    assert consumer.run("ok")
+    assert table.size(QUEUE) == 0 and failed(table) == []
+    assert consumer.ran == [1, 1]
+
+
+def test_a_failure_within_tries_is_released_after_its_attempts_backoff(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, tries=3, backoff=[300, 600])
+    assert consumer.run("raise")
+    assert not consumer.run("ok")  # ready again in 300 s
+    assert table.size(QUEUE) == 1 and failed(table) == []
+
+
+def test_a_failure_at_its_tries_fails_the_job_with_the_exception_text(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    uuid = dispatch(queue, tries=2, backoff=0)
+    assert consumer.run("raise") and consumer.run("raise")
+    assert not consumer.run("ok")
+    (row,) = failed(table)
+    assert row["uuid"] == uuid and row["exception"].startswith("RuntimeError: boom 2")
+    assert table.size(QUEUE) == 0 and consumer.ran == [1, 2]
+
+
+def test_max_exceptions_fails_the_job_before_its_tries_run_out(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, tries=5, backoff=0, max_exceptions=2)
+    assert consumer.run("raise") and consumer.run("raise")
+    (row,) = failed(table)
+    assert row["exception"].startswith("RuntimeError: boom 2")
+    assert not consumer.run("ok") and consumer.ran == [1, 2]
+
+
+def test_a_job_past_its_retry_until_is_failed_without_running(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, tries=0, retry_until=int(time.time()) - 60)
+    assert not consumer.run("ok")
+    (row,) = failed(table)
+    # Named Illuminate\Queue\MaxAttemptsExceededException by the Celery side, as PHP
+    # names it; laravel_bridge.worker.MaxAttemptsExceeded by laravel-bridge work, as its
+    # failed rows always have.
+    assert "MaxAttemptsExceeded" in row["exception"]
+    assert f"{CLASS} has been attempted too many times" in row["exception"]
+    assert consumer.ran == [] and table.size(QUEUE) == 0
+
+
+def test_a_timeout_fails_the_job_with_fail_on_timeout(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, tries=3, backoff=0, timeout=1, fail_on_timeout=True)
+    assert consumer.run("timeout")
+    assert len(failed(table)) == 1 and table.size(QUEUE) == 0
+
+
+def test_a_timeout_without_fail_on_timeout_is_a_failed_attempt_released(
+    consumer: Consumer, queue: LaravelQueue, table: JobTable
+) -> None:
+    dispatch(queue, tries=3, backoff=0, timeout=1)
+    assert consumer.run("timeout")
+    assert failed(table) == [] and table.size(QUEUE) == 1
+    assert consumer.run("ok") and consumer.ran == [1, 2]
+
+
+def test_the_worker_names_its_failures_as_its_failed_rows_always_have() -> None:
+    """The rules moved to outcomes.py and alarms.py; the exception classes kept the module
+    name a failed row's text carries (``laravel_bridge.worker``)."""
+    from laravel_bridge.outcomes import MaxAttemptsExceeded, exception_text
+
+    assert exception_text(MaxAttemptsExceeded("x")).startswith(
+        "laravel_bridge.worker.MaxAttemptsExceeded: x"
+    )
+    assert exception_text(JobTimedOut("y")).startswith("laravel_bridge.worker.JobTimedOut: y")
