@@ -89,6 +89,8 @@ class BatchOptions:
             value = php_serialize.loads(text)
         except PhpSerializeError as exc:
             raise LaravelBridgeError(f"the batch's options are not PHP data: {exc}") from exc
+        if value == []:  # a:0:{}, what a batch with no then/catch/finally/queue stores
+            value = {}
         if not isinstance(value, dict):
             raise LaravelBridgeError("the batch's options are not an array")
 

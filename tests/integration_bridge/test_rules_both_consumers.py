@@ -8,13 +8,14 @@ this shows they reach the same table state, on every engine and both layouts."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from queue import Empty
 from typing import Any, Literal, Protocol
 
 import pytest
 from bridge_support import failed
 from kombu import Connection
+from laravel_support import batch_row, sql_engine, unique_locks
 
 from laravel_bridge import HandlerRegistry, Job, JobCommand, LaravelQueue
 from laravel_bridge.alarms import JobTimedOut
@@ -36,12 +37,14 @@ class Consumer(Protocol):
 
 
 class LaravelWorker:
-    def __init__(self, table: JobTable) -> None:
+    def __init__(self, table: JobTable, **options: Any) -> None:
         self.ran: list[int] = []
         self.outcome: Outcome = "ok"
         registry = HandlerRegistry()
         registry.register(CLASS, self._handle)
-        self.worker = Worker(table, WorkerOptions(queues=[QUEUE], sleep=0), handlers=registry)
+        self.worker = Worker(
+            table, WorkerOptions(queues=[QUEUE], sleep=0, **options), handlers=registry
+        )
 
     def _handle(self, job: Job) -> None:
         self.ran.append(job.attempts)
@@ -83,22 +86,38 @@ class CeleryWorker:
         return True
 
 
+MakeConsumer = Callable[..., Consumer]
+
+
 @pytest.fixture(params=["laravel-bridge work", "celery worker"])
-def consumer(request: pytest.FixtureRequest, db_url: str, layout: str) -> Iterator[Consumer]:
-    if request.param == "celery worker":
-        settings = {"format": "laravel", "layout": layout}
-        conn = Connection(
-            f"sqlqueue+{db_url}", transport_options={"queue_formats": {QUEUE: settings}}
-        )
-        yield CeleryWorker(conn)
+def make_consumer(
+    request: pytest.FixtureRequest, db_url: str, layout: str, table: JobTable
+) -> Iterator[MakeConsumer]:
+    """The consumer under test, with ``settings`` named as both take them (the worker's
+    ``WorkerOptions`` fields; the format's ``queue_formats`` settings)."""
+    opened: list[Connection] = []
+
+    def make(**settings: Any) -> Consumer:
+        if request.param == "laravel-bridge work":
+            return LaravelWorker(table, **settings)
+        formats = {QUEUE: {"format": "laravel", "layout": layout, **settings}}
+        conn = Connection(f"sqlqueue+{db_url}", transport_options={"queue_formats": formats})
+        opened.append(conn)
+        return CeleryWorker(conn)
+
+    yield make
+    for conn in opened:
         conn.release()
-    else:
-        table: JobTable = request.getfixturevalue("table")
-        yield LaravelWorker(table)
 
 
-def dispatch(queue: LaravelQueue, **options: Any) -> str:
-    return queue.dispatch(CLASS, {"n": 1}, queue=QUEUE, **options).uuid
+@pytest.fixture
+def consumer(make_consumer: MakeConsumer) -> Consumer:
+    return make_consumer()
+
+
+def dispatch(queue: LaravelQueue, batchId: str | None = None, **options: Any) -> str:
+    properties: dict[str, Any] = {"n": 1} if batchId is None else {"n": 1, "batchId": batchId}
+    return queue.dispatch(CLASS, properties, queue=QUEUE, **options).uuid
 
 
 def test_success_deletes_the_job_and_stores_the_next_of_its_chain(
@@ -171,6 +190,53 @@ def test_a_timeout_without_fail_on_timeout_is_a_failed_attempt_released(
     assert consumer.run("timeout")
     assert failed(table) == [] and table.size(QUEUE) == 1
     assert consumer.run("ok") and consumer.ran == [1, 2]
+
+
+LOCK = f"laravel_cachelaravel_unique_job:{CLASS}7"
+
+
+@pytest.mark.parametrize("outcome", ["ok", "raise"])
+def test_a_unique_jobs_lock_is_released_when_it_is_done_or_failed(
+    make_consumer: MakeConsumer, db_url: str, table: JobTable, outcome: Outcome
+) -> None:
+    table.cache_locks("cache_locks").create_schema()  # Laravel's cache:table migration
+    unique = LaravelQueue(db_url, table.layout, table=table, unique_locks="cache_locks")
+    # uniqueId as a property: a uniqueId() method is PHP, which a handler's unique_id
+    # stands in for on laravel-bridge work only (a Celery worker reads the payload).
+    props = {"n": 1, "uniqueId": 7}
+    assert unique.dispatch(CLASS, props, queue=QUEUE, unique_for=600, unique_id=7)
+    assert unique_locks(db_url) == [LOCK]
+    consumer = make_consumer(unique_locks="cache_locks")
+    assert consumer.run(outcome)  # tries 1: done, or failed
+    assert unique_locks(db_url) == [] and table.size(QUEUE) == 0
+    assert len(failed(table)) == (outcome == "raise")
+
+
+@pytest.mark.parametrize("outcome", ["ok", "raise"])
+def test_a_batched_job_is_recorded_in_its_batch(
+    make_consumer: MakeConsumer, db_url: str, queue: LaravelQueue, table: JobTable,
+    outcome: Outcome,
+) -> None:  # fmt: skip
+    batches = table.job_batches("job_batches")
+    batches.create_schema()  # Laravel's queue:batches-table migration
+    db = sql_engine(db_url)
+    with db.begin() as conn:  # what Bus::batch(...)->dispatch() writes
+        conn.execute(
+            batches.table.insert().values(
+                id="b-1", name="", total_jobs=2, pending_jobs=2, failed_jobs=0,
+                failed_job_ids="[]", options="a:0:{}", created_at=int(time.time()),
+            )
+        )  # fmt: skip
+    db.dispose()
+    uuid = dispatch(queue, batchId="b-1")
+    consumer = make_consumer(batches_table="job_batches")
+    assert consumer.run(outcome)
+    row = batch_row(db_url, "b-1")
+    if outcome == "ok":
+        assert (row["pending_jobs"], row["failed_jobs"]) == (1, 0)
+    else:
+        assert (row["pending_jobs"], row["failed_jobs"]) == (2, 1)
+        assert uuid in row["failed_job_ids"]
 
 
 def test_the_worker_names_its_failures_as_its_failed_rows_always_have() -> None:

@@ -36,8 +36,11 @@ def test_options_as_postgresql_stores_them_base64() -> None:
     assert BatchOptions.parse(base64.b64encode(OPTIONS.encode()).decode()).then == 1
 
 
-@pytest.mark.parametrize("stored", [None, ""])
+@pytest.mark.parametrize("stored", [None, "", "a:0:{}", base64.b64encode(b"a:0:{}").decode()])
 def test_no_options_is_no_callback(stored: str | None) -> None:
+    """None or empty, and PHP's empty array: what ``Bus::batch([...])->dispatch()`` with no
+    callbacks and no queue stores (it was refused as "not an array", so such a batch's
+    jobs were never recorded by a Python consumer)."""
     assert BatchOptions.parse(stored) == BatchOptions()
 
 
