@@ -19,12 +19,17 @@ except ImportError:  # a copy on sys.path without its hook module
 
 
 def __getattr__(name: str) -> object:
-    # enlist loads the store (SQLAlchemy): only for those who use it, not at every import.
+    # enlist and complete load the store (SQLAlchemy): only for those who use them, not at
+    # every import.
     if name == "enlist":
         from .store.enlist import enlist
 
         return enlist
+    if name == "complete":
+        from .completion import complete
+
+        return complete
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["__version__", "enlist", "register"]
+__all__ = ["__version__", "complete", "enlist", "register"]

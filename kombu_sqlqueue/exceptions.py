@@ -33,6 +33,18 @@ class WrongDatabase(ConfigurationError):
     was written, here or there."""
 
 
+class NotCompletable(ConfigurationError):
+    """``complete()`` found no delivery of kombu-sqlqueue to settle here: outside a task, a
+    task run eagerly or from another broker, a job of a queue format's table, or a
+    connection with no open transaction."""
+
+
+class DeliveryLost(SqlQueueError):
+    """``complete()``: the delivery is no longer this task's — its reservation lapsed and
+    another consumer took the job, or it was settled already. Nothing was written: roll
+    the transaction back, its effects are the other delivery's to commit."""
+
+
 class DatabaseMissing(ConfigurationError):
     """The database (an SQLite file) does not exist; an operator command creates nothing."""
 

@@ -27,7 +27,7 @@ from kombu.transport import virtual
 
 from .exceptions import StoreConditionError
 from .formats import DeliveryStore, Outcome, settle, tell_settled
-from .store import Receipt
+from .store import JobContract, Receipt
 
 if TYPE_CHECKING:
     from .options import TransportOptions
@@ -135,8 +135,11 @@ class PendingSettlements:
     consumer took the message meanwhile.
     """
 
-    def __init__(self, store: DeliveryStore) -> None:
+    def __init__(self, store: JobContract) -> None:
         self.store = store
+        #: Settlements that changed nothing because their job was settled already (its
+        #: task completed it in the application's transaction, ``kombu_sqlqueue.complete``).
+        self.settled_elsewhere = 0
         #: Guards the list and the reported flag (held briefly, never across a write).
         self._lock = threading.Lock()
         #: One retrier at a time: the consumer between polls, or the renewer thread.
@@ -156,7 +159,30 @@ class PendingSettlements:
             self._keep(settlement, exc)
             return
         if not written:
+            self._stale(settlement)
+
+    def _stale(self, settlement: Settlement) -> None:
+        """A settlement that wrote nothing. When the job's row is gone it was settled
+        already — by its task, in the application's transaction (``complete()``), or by a
+        consumer that took it over and finished it: counted, said at debug level (a
+        takeover is warned of by the renewer when it happens). When the row is held by
+        another consumer: the stale-settlement warning."""
+        job_id = settlement.held.receipt.job_id
+        try:
+            own = settlement.store is None or settlement.store is self.store
+            gone = own and job_id in self.store.gone([job_id])
+        except StoreConditionError:
+            gone = False
+        if not gone:
             _warn_stale(settlement)
+            return
+        self.settled_elsewhere += 1
+        logger.debug(
+            "%s of job %d on queue %r changed nothing: the job was settled already",
+            settlement.verb,
+            job_id,
+            settlement.held.queue,
+        )
 
     def _keep(self, settlement: Settlement, exc: StoreConditionError) -> None:
         with self._lock:
@@ -204,7 +230,7 @@ class PendingSettlements:
                     if self._pending and self._pending[0] is settlement:
                         self._pending.pop(0)
                 if not written:
-                    _warn_stale(settlement)
+                    self._stale(settlement)
             with self._lock:
                 cleared, self._reported = self._reported, False
             if cleared:
@@ -265,7 +291,7 @@ class Renewer:
 
     def __init__(
         self,
-        store: DeliveryStore,
+        store: JobContract,
         held: HeldDeliveries,
         options: TransportOptions,
         pending: PendingSettlements | None = None,
@@ -325,7 +351,8 @@ class Renewer:
         current = self.held.snapshot()
         lost_now = {t for t in lost if t in current}
         self.held.mark_lost(lost_now)
-        for tag in lost_now:
+        settled = self._settled_elsewhere({t: current[t] for t in lost_now})
+        for tag in lost_now - settled:
             h = current[tag]
             logger.warning(
                 "reservation of job %d on queue %r was lost (it lapsed and another consumer "
@@ -335,6 +362,16 @@ class Renewer:
                 h.queue,
             )
         return lost_now
+
+    def _settled_elsewhere(self, lost: dict[str, Held]) -> set[str]:
+        """Of the ``lost`` reservations, those whose row is gone from the transport's own
+        table: settled already (by the task, in the application's transaction), not taken
+        over — nothing to warn of."""
+        own = {tag: h for tag, h in lost.items() if self.store_for(h.queue) is self.store}
+        if not own:
+            return set()
+        gone = self.store.gone([h.receipt.job_id for h in own.values()])
+        return {tag for tag, h in own.items() if h.receipt.job_id in gone}
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

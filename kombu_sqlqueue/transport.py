@@ -58,6 +58,8 @@ from .envelope import (
     receipt_of,
 )
 from .exceptions import (
+    DeliveryLost,
+    NotCompletable,
     SqlQueueError,
     StoreConditionError,
     StoreConnectionError,
@@ -76,6 +78,7 @@ from .qos import HeldDeliveries, PendingSettlements, QoS, RecentTags, Renewer
 from .registration import database_url, register
 from .routing import RoutingCache
 from .store import JobContract, NewJob, TopologyContract, open_store
+from .store.claiming import is_claim_token
 from .store.contract import driver_version, render_url
 from .store.enlist import Enlistment, active, joined_or_own
 from .store.holders import recover_dead_holds
@@ -552,6 +555,33 @@ class Transport(virtual.Transport):
             # Held here (a thread or solo pool): Kombu's ack or reject of it follows.
             self.settled_by_task.add(tag)
         return written
+
+    def complete_in(self, tag: str, enlistment: Enlistment) -> None:
+        """Settle delivery ``tag`` as done on ``enlistment``'s connection, in its open
+        transaction, fenced by its reservation (``kombu_sqlqueue.complete``, completion.py).
+        Raises ``DeliveryLost`` when the reservation is no longer this delivery's; writes
+        nothing then. From any process: the tag names the row and its reservation."""
+        try:
+            receipt = receipt_of(tag)
+        except ValueError:
+            raise NotCompletable(f"{tag!r} is not a delivery tag of kombu-sqlqueue") from None
+        if not is_claim_token(receipt.token):
+            raise NotCompletable(
+                f"delivery {tag} is a job of a queue format's table: complete() settles "
+                "deliveries of the transport's own table"
+            )
+        store = self.store.joined(enlistment)
+        if store is None:
+            raise NotCompletable(
+                "complete() writes in the connection's open transaction, and it has none: "
+                "call it inside the transaction that writes the task's effects"
+            )
+        if not store.ack(receipt):
+            raise DeliveryLost(
+                f"job {receipt.job_id} is no longer this task's delivery (its reservation "
+                "lapsed and another consumer took it, or it was settled already): nothing "
+                "written; roll back, its effects are the other delivery's to commit"
+            )
 
     # kombu's two base classes declare this differently; we match the virtual one.
     def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]

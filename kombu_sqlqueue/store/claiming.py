@@ -23,6 +23,21 @@ from .names import validate_queue_name
 MAX_CLAIM_ROUNDS = 16
 
 
+#: Hex digits in a claim's reservation token (``secrets.token_hex(16)``).
+TOKEN_HEX_DIGITS = 32
+
+
+def new_claim_token() -> str:
+    """A fresh reservation token: every settlement of the claim's deliveries names it."""
+    return secrets.token_hex(TOKEN_HEX_DIGITS // 2)
+
+
+def is_claim_token(token: str) -> bool:
+    """True when ``token`` is of this store's claims (a queue format's table signs its
+    reservations its own way)."""
+    return len(token) == TOKEN_HEX_DIGITS and all(c in "0123456789abcdef" for c in token)
+
+
 def check_claim(queue: str, n: int) -> None:
     """Refuse a claim of a bad queue name, or of more than :data:`MAX_CLAIM` jobs."""
     validate_queue_name(queue)
@@ -66,7 +81,7 @@ class ClaimParams:
             int(n),
             int(clock),
             reservation_deadline(clock, visibility),
-            secrets.token_hex(16),
+            new_claim_token(),
             holder,
         )
 

@@ -209,6 +209,10 @@ class JobContract(DeliveryStore, Protocol):
         """Contract v1's backlog figures of ``queue``."""
         ...
 
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have no row any more: settled, not taken over."""
+        ...
+
     def holders(self) -> list[Holding]:
         """Who holds live reservations, per queue."""
         ...

@@ -569,6 +569,11 @@ class MemoryJobStore:
 
     # -- inspection and waiting ----------------------------------------------------------
 
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have no row any more (``JobStore.gone``)."""
+        with self._space.lock:
+            return {i for i in job_ids if i not in self._space.jobs}
+
     def holders(self) -> list[Holding]:
         """Who holds live reservations (``JobStore.holders``)."""
         now = self._now()

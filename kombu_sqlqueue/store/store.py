@@ -389,6 +389,16 @@ class JobStore(TableStore):
 
         return self._run(work)
 
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have no row any more: settled (acked, dead-lettered, or
+        completed in an application's transaction), not held by another consumer."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return set()
+        query = self.q.job_existing.bindparams(ids=ids)
+        rows = self._run(lambda tx: tx.execute_bound(query).fetchall(), read_only=True, single=True)
+        return set(ids) - {int(r[0]) for r in rows}
+
     def holders(self) -> list[Holding]:
         """Who holds live reservations, per queue: holder name, process, how many jobs."""
         params = {"now": self._now()}

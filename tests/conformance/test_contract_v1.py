@@ -319,6 +319,20 @@ def test_late_ack_of_a_taken_over_job_changes_nothing(
     assert store.ack(b) is True
 
 
+def test_gone_tells_a_settled_job_from_one_taken_over(
+    store: JobContract, taken_over: tuple[Receipt, Receipt]
+) -> None:
+    """A stale settlement of a job whose row is gone was settled already (completed in an
+    application's transaction, or finished by its new holder); one whose row is held by
+    another consumer was taken over. ``gone`` tells them apart, in one statement."""
+    a, b = taken_over
+    waiting = store.enqueue(job())
+    assert store.gone([a.job_id, waiting]) == set()  # held by another, and waiting: present
+    assert store.ack(b)
+    assert store.gone([a.job_id, waiting, 10**9]) == {a.job_id, 10**9}
+    assert store.gone([]) == set()
+
+
 def test_ack_many_acks_only_what_is_held(
     store: JobContract, taken_over: tuple[Receipt, Receipt]
 ) -> None:

@@ -207,6 +207,10 @@ class Queries(LayoutPrimitives):
         "UPDATE askr_jobs SET reserved_until = :until"
         " WHERE reserved_token IN :tokens AND id IN :ids"
     ).bindparams(sa.bindparam("tokens", expanding=True), sa.bindparam("ids", expanding=True))
+    # Which of these jobs still have a row (held, waiting or lapsed): the rest are settled.
+    job_existing = sa.text("SELECT id FROM askr_jobs WHERE id IN :ids").bindparams(
+        sa.bindparam("ids", expanding=True)
+    )
     job_held = sa.text(
         "SELECT id, reserved_token FROM askr_jobs WHERE reserved_token IN :tokens AND id IN :ids"
     ).bindparams(sa.bindparam("tokens", expanding=True), sa.bindparam("ids", expanding=True))
