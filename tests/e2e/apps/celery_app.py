@@ -8,6 +8,8 @@ test builds its own copy with :func:`create_app` to send tasks with ``.delay()``
 * ``E2E_VISIBILITY`` — transport ``visibility_timeout`` in seconds (default 3)
 * ``E2E_PREFETCH`` — ``worker_prefetch_multiplier`` (default 1)
 * ``E2E_MAX_ATTEMPTS`` — transport ``max_attempts`` (default 25)
+* ``E2E_DB_URL`` — the broker's database as the application sees it (``e2e.effect`` writes
+  its effect row there and completes in that transaction)
 """
 
 from __future__ import annotations
@@ -17,9 +19,23 @@ import os
 import time
 from typing import Any
 
+import sqlalchemy as sa
 from celery import Celery
 
 QUEUE = "e2e"
+_engines: dict[int, sa.Engine] = {}
+
+
+def _app_engine() -> sa.Engine:
+    """The application's engine on the broker's database, one per process (a pool child
+    opens its own: connections do not cross a fork)."""
+    engine = _engines.get(os.getpid())
+    if engine is None:
+        from kombu_sqlqueue.store import parse_store_url  # the package's drivers
+
+        url = parse_store_url(os.environ["E2E_DB_URL"])[1]
+        engine = _engines[os.getpid()] = sa.create_engine(url)
+    return engine
 
 
 def _record(event: str, label: str, request: Any) -> None:
@@ -88,6 +104,25 @@ def create_app(
     @app.task(bind=True, name="e2e.limited", rate_limit="1/m", shared=False)
     def limited(self: Any, label: str) -> None:
         """Rate-limited: the worker holds the later messages (unacked) in its token bucket."""
+        _record("ran", label, self.request)
+
+    @app.task(bind=True, name="e2e.effect", acks_late=True, shared=False)
+    def effect(self: Any, label: str, hold: float = 0.0) -> None:
+        """Writes one effect row and completes its delivery in the same transaction
+        (``kombu_sqlqueue.complete``); on a first delivery it holds ``hold`` seconds
+        between the two."""
+        from kombu_sqlqueue import complete
+
+        redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+        _record("started", label, self.request)
+        with _app_engine().begin() as conn:
+            conn.execute(
+                sa.text("INSERT INTO effects (label, pid) VALUES (:label, :pid)"),
+                {"label": label, "pid": os.getpid()},
+            )
+            if not redelivered:
+                time.sleep(hold)
+            complete(conn)
         _record("ran", label, self.request)
 
     @app.task(bind=True, name="e2e.fail", shared=False)

@@ -1,0 +1,121 @@
+"""``kombu_sqlqueue.complete()`` in real ``celery worker`` processes, on every engine: a task's
+effect row and the deletion of its job commit together, in a prefork child or the solo pool,
+and the worker's own late ack and renewal say nothing; a worker stopped (SIGSTOP) past the
+visibility timeout while its task holds its effect uncommitted gets ``DeliveryLost`` when it
+resumes, so the effect of the job another worker took over commits once."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from celery import Celery
+from e2e_harness import E2E_VISIBILITY, Proc, sql, task_lines, wait_until
+from laravel_support import sql_engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def effects(db_url: str) -> Callable[[], list[tuple[str, int]]]:
+    """The application's ``effects`` table (created here); returns a reader of its rows."""
+    engine = sql_engine(db_url)
+    table = sa.Table(
+        "effects",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("label", sa.String(64), nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+    )
+    table.metadata.create_all(engine)
+    engine.dispose()
+    return lambda: [(str(r[0]), int(r[1])) for r in sql(db_url, "SELECT label, pid FROM effects")]
+
+
+@pytest.fixture
+def start_worker(
+    spawn: Callable[..., Proc], broker_url: str, db_url: str, out_file: Path
+) -> Callable[..., Proc]:
+    counter = iter(range(100))
+
+    def start(pool: str = "prefork", concurrency: int = 2) -> Proc:
+        n = next(counter)
+        worker = spawn(
+            f"worker{n}",
+            [
+                sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
+                f"--pool={pool}", "-c", str(concurrency), "-l", "info", "-n", f"c{n}@%h",
+            ],
+            E2E_BROKER_URL=broker_url,
+            E2E_DB_URL=db_url,
+            E2E_OUT=str(out_file),
+            E2E_VISIBILITY=str(E2E_VISIBILITY),
+        )  # fmt: skip
+        worker.wait_text("ready.", timeout=30)
+        return worker
+
+    return start
+
+
+def jobs_left(db_url: str) -> int:
+    return int(sql(db_url, "SELECT count(*) FROM askr_jobs")[0][0])
+
+
+def stop(worker: Proc) -> None:
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=20)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_tasks_complete_with_their_effects_and_the_worker_says_nothing_of_it(
+    app: Celery, start_worker: Callable[..., Proc], effects: Callable[[], list[tuple[str, int]]],
+    db_url: str, pool: str,
+) -> None:  # fmt: skip
+    worker = start_worker(pool)
+    labels = [f"order-{i}" for i in range(30)]
+    for label in labels:
+        app.tasks["e2e.effect"].delay(label)
+    wait_until(lambda: len(effects()) >= 30 and jobs_left(db_url) == 0, 60, what="30 effects")
+    stop(worker)
+    assert sorted(label for label, _pid in effects()) == sorted(labels)  # each once
+    if pool == "prefork":
+        assert all(pid != worker.pid for _label, pid in effects())  # written in the children
+    output = worker.output
+    assert "Traceback" not in output, output[-4000:]
+    assert "stale ack" not in output and "was lost" not in output, output[-4000:]
+
+
+# Not on SQLite: there the stopped worker's open transaction holds the database's one write
+# lock, so no other worker can claim (or even declare its queues) until it resumes — the
+# job cannot be taken over while its effect is uncommitted.
+@pytest.mark.parametrize("engine_name", ["postgresql", "mysql"], indirect=True)
+def test_a_worker_stopped_past_its_reservation_cannot_commit_the_effect_twice(
+    app: Celery, start_worker: Callable[..., Proc], effects: Callable[[], list[tuple[str, int]]],
+    db_url: str, out_file: Path,
+) -> None:  # fmt: skip
+    first = start_worker(concurrency=1)
+    # Its first delivery writes the effect and holds it uncommitted for a while.
+    app.tasks["e2e.effect"].delay("contested", hold=3 * E2E_VISIBILITY)
+    wait_until(lambda: any(r["event"] == "started" for r in task_lines(out_file)), 30,
+               what="the first delivery started")  # fmt: skip
+    first.kill_group(signal.SIGSTOP)  # renewal stops with it; its reservation lapses
+    time.sleep(E2E_VISIBILITY + 2)
+    second = start_worker(concurrency=1)
+    wait_until(lambda: len(effects()) == 1 and jobs_left(db_url) == 0, 60,
+               what="the job taken over and completed by the second worker")  # fmt: skip
+    first.kill_group(signal.SIGCONT)
+    wait_until(lambda: "DeliveryLost" in first.output, 30, what="the first worker's DeliveryLost")
+    time.sleep(1)  # its failure settled (stale: the job is gone), nothing else to commit
+    assert [label for label, _pid in effects()] == ["contested"]
+    assert jobs_left(db_url) == 0
+    (pid,) = {p for _label, p in effects()}
+    started = [r for r in task_lines(out_file) if r["event"] == "started"]
+    assert len(started) == 2 and started[1]["redelivered"] and started[1]["pid"] == pid
+    stop(second)
+    stop(first)
+    assert "stale ack" not in first.output, first.output[-4000:]
