@@ -116,6 +116,11 @@ class QueueFormat(Protocol):
         for a stale settlement; what it raises is logged, never raised."""
         ...
 
+    def close(self) -> None:
+        """The transport closes: release what the format opened beside its store (the
+        transport closes the store itself)."""
+        ...
+
 
 def tell_settled(
     fmt: QueueFormat,

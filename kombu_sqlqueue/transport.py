@@ -676,6 +676,11 @@ class Transport(virtual.Transport):
             self.store.close()
             for store in {id(s): s for s in self.format_stores.values()}.values():
                 store.close()
+            for fmt in {id(f): f for f in self.formats.values()}.values():
+                try:
+                    fmt.close()
+                except Exception:  # the rest still closes
+                    logger.exception("closing queue format %s failed", fmt.name)
 
     def driver_version(self) -> str:
         return driver_version()

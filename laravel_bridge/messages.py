@@ -230,6 +230,8 @@ class LaravelFormat:
             unique_locks_hint="the laravel queue format's unique_locks setting",
         )
         self._app: DatabaseTables | None = None
+        #: The database the app tables opened on contract v1's layout (closed by close()).
+        self._own_database: Database | None = None
         self._tables: LaravelTableStore | None = None
         self._database: Database | None = None
         self._url: str | None = None
@@ -442,11 +444,25 @@ class LaravelFormat:
 
     # -- what Laravel's rules write beside the job ------------------------------------------
 
+    def close(self) -> None:
+        """Close the app tables the rules opened, and their database when the format opened
+        it (contract v1's layout: no table store of its own to share a pool with)."""
+        self.rules.close()
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+        if self._own_database is not None:
+            self._own_database.close()
+            self._own_database = None
+
     def _app_tables(self) -> DatabaseTables:
         """The app tables the rules write, on the queue's database (its pool when the queue
         is in Laravel's table)."""
         if self._app is None:
-            self._app = DatabaseTables(self._database or Database(str(self._url)))
+            database = self._database
+            if database is None:
+                database = self._own_database = Database(str(self._url))
+            self._app = DatabaseTables(database)
         return self._app
 
     def _push_callbacks(self, job: PushJob) -> int:

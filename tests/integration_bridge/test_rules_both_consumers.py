@@ -35,6 +35,8 @@ class Consumer(Protocol):
 
     def run(self, outcome: Outcome) -> bool: ...
 
+    def close(self) -> None: ...
+
 
 class LaravelWorker:
     def __init__(self, table: JobTable, **options: Any) -> None:
@@ -58,6 +60,9 @@ class LaravelWorker:
         before = len(self.ran)
         self.worker.process_next()
         return len(self.ran) > before
+
+    def close(self) -> None:
+        self.worker.rules.close()  # what run() does when it returns
 
 
 class CeleryWorker:
@@ -85,6 +90,9 @@ class CeleryWorker:
         message.ack()
         return True
 
+    def close(self) -> None:
+        self.conn.release()
+
 
 MakeConsumer = Callable[..., Consumer]
 
@@ -95,19 +103,22 @@ def make_consumer(
 ) -> Iterator[MakeConsumer]:
     """The consumer under test, with ``settings`` named as both take them (the worker's
     ``WorkerOptions`` fields; the format's ``queue_formats`` settings)."""
-    opened: list[Connection] = []
+    made: list[Consumer] = []
 
     def make(**settings: Any) -> Consumer:
+        consumer: Consumer
         if request.param == "laravel-bridge work":
-            return LaravelWorker(table, **settings)
-        formats = {QUEUE: {"format": "laravel", "layout": layout, **settings}}
-        conn = Connection(f"sqlqueue+{db_url}", transport_options={"queue_formats": formats})
-        opened.append(conn)
-        return CeleryWorker(conn)
+            consumer = LaravelWorker(table, **settings)
+        else:
+            formats = {QUEUE: {"format": "laravel", "layout": layout, **settings}}
+            options = {"queue_formats": formats}
+            consumer = CeleryWorker(Connection(f"sqlqueue+{db_url}", transport_options=options))
+        made.append(consumer)
+        return consumer
 
     yield make
-    for conn in opened:
-        conn.release()
+    for consumer in made:
+        consumer.close()
 
 
 @pytest.fixture
