@@ -107,14 +107,26 @@ def create_app(
         _record("ran", label, self.request)
 
     @app.task(bind=True, name="e2e.effect", acks_late=True, shared=False)
-    def effect(self: Any, label: str, hold: float = 0.0) -> None:
-        """Writes one effect row and completes its delivery in the same transaction
-        (``kombu_sqlqueue.complete``); on a first delivery it holds ``hold`` seconds
-        between the two."""
+    def effect(
+        self: Any,
+        label: str,
+        hold: float = 0.0,
+        *,
+        before: float = 0.0,
+        after: float = 0.0,
+        completes: bool = True,
+        quiet: bool = False,
+    ) -> None:
+        """Writes one effect row and (``completes``) completes its delivery in the same
+        transaction (``kombu_sqlqueue.complete``); on a first delivery it holds ``hold``
+        seconds between the two. ``before``/``after``: work outside the transaction.
+        ``quiet``: no task lines (a run of thousands)."""
         from kombu_sqlqueue import complete
 
         redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-        _record("started", label, self.request)
+        if not quiet:
+            _record("started", label, self.request)
+        time.sleep(before)
         with _app_engine().begin() as conn:
             conn.execute(
                 sa.text("INSERT INTO effects (label, pid) VALUES (:label, :pid)"),
@@ -122,8 +134,11 @@ def create_app(
             )
             if not redelivered:
                 time.sleep(hold)
-            complete(conn)
-        _record("ran", label, self.request)
+            if completes:
+                complete(conn)
+        time.sleep(after)
+        if not quiet:
+            _record("ran", label, self.request)
 
     @app.task(bind=True, name="e2e.fail", shared=False)
     def fail(self: Any, label: str) -> None:
