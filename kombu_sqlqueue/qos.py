@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kombu.transport import virtual
 
-from .exceptions import StoreConditionError
+from .exceptions import StoreConditionError, StoreError
 from .formats import DeliveryStore, Outcome, settle, tell_settled
 from .store import JobContract, Receipt
 
@@ -168,10 +168,10 @@ class PendingSettlements:
         takeover is warned of by the renewer when it happens). When the row is held by
         another consumer: the stale-settlement warning."""
         job_id = settlement.held.receipt.job_id
+        own = settlement.store is None or settlement.store is self.store
         try:
-            own = settlement.store is None or settlement.store is self.store
             gone = own and job_id in self.store.gone([job_id])
-        except StoreConditionError:
+        except StoreError:  # only to choose the log line: never raised out of an ack
             gone = False
         if not gone:
             _warn_stale(settlement)
@@ -370,7 +370,10 @@ class Renewer:
         own = {tag: h for tag, h in lost.items() if self.store_for(h.queue) is self.store}
         if not own:
             return set()
-        gone = self.store.gone([h.receipt.job_id for h in own.values()])
+        try:
+            gone = self.store.gone([h.receipt.job_id for h in own.values()])
+        except StoreError:  # then each is warned of, as before
+            return set()
         return {tag for tag, h in own.items() if h.receipt.job_id in gone}
 
     def _loop(self) -> None:

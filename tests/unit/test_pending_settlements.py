@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kombu import Connection, Consumer, Message, Producer, Queue
 
-from kombu_sqlqueue.exceptions import StoreError, StoreFullError
+from kombu_sqlqueue.exceptions import StoreConnectionError, StoreError, StoreFullError
 from kombu_sqlqueue.qos import Held, PendingSettlements, Settlement
 from kombu_sqlqueue.store import JobContract, MemoryJobStore, NewJob, Receipt
 
@@ -199,3 +199,21 @@ def test_a_consumer_acking_on_a_full_database_goes_on(url: str) -> None:
                 conn.drain_events(timeout=0.1)  # the next poll writes it
             assert len(conn.transport.pending) == 0
         assert store.size("acks") == 0 and store.backlog("acks").total == 0
+
+
+def test_a_stale_ack_whose_settled_check_fails_is_warned_of_never_raised(
+    refusing: Refusing, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a stale ack's job was settled already only chooses its log line: a database
+    that cannot answer then (connection lost) gives the warning, and the ack returns."""
+    (held,) = claimed(refusing.store, 1)
+    assert refusing.store.ack(held.receipt)  # settled elsewhere: the ack below is stale
+
+    def unreachable(_ids: Any) -> set[int]:
+        raise StoreConnectionError("database memory://x connection failed")
+
+    monkeypatch.setattr(refusing.store, "gone", unreachable)
+    pending = pending_on(refusing)
+    with caplog.at_level(logging.WARNING, logger="kombu_sqlqueue"):
+        pending.settle(ack(held))
+    assert "stale ack" in caplog.text and pending.settled_elsewhere == 0
