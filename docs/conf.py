@@ -48,7 +48,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(sqlalchemy|sa|kombu|celery|click|prometheus_client|psycopg|pymysql)(\..*)?"),
     (r"py:.*", r"(typing|collections|datetime|decimal|enum|pathlib|threading|random|re)\..*"),
     # Internal tables and stores that public signatures name; they are not public API.
-    (r"py:class", r"Database|memory\..*|laravel_bridge\.laravel_tables\..*"),
+    (r"py:class", r"Database|memory\..*|laravel_bridge\.laravel_tables\..*|.*\.enlist\.Enlistment"),
     # Type aliases and type variables: autodoc shows their names, they have no page.
     (r"py:.*", r"(laravel_bridge\.handlers\.)?(F|Handler|UniqueId)"),
 ]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from kombu_sqlqueue.exceptions import InvalidQueueName
+from kombu_sqlqueue.exceptions import InvalidQueueName, NotCompletable
+from kombu_sqlqueue.store.enlist import Enlistment
 from kombu_sqlqueue.store.names import validate_queue_name
 
 from . import php_serialize
@@ -87,7 +88,9 @@ class Job:
     read them by name.
 
     A handler may call :meth:`release`, :meth:`fail` or :meth:`delete`; otherwise
-    returning settles the job as done.
+    returning settles the job as done. A handler whose effects are in the jobs table's
+    database calls :meth:`complete` in the transaction that writes them: the job is done
+    exactly when that transaction commits, and never twice.
     """
 
     id: int
@@ -102,6 +105,12 @@ class Job:
     arguments: list[Any] = field(default_factory=list)
     #: Set by :meth:`release` / :meth:`fail` / :meth:`delete`.
     outcome: tuple[str, Any] | None = field(default=None, repr=False)
+    #: What :meth:`complete` calls: set by the worker that delivered the job
+    #: (``laravel_bridge.completion``); None for a job no worker is running.
+    completer: Callable[[Enlistment], None] | None = field(default=None, repr=False)
+    #: True once :meth:`complete` wrote the job's settlement in a transaction (which may
+    #: still roll back: the worker reads the row after the handler to know).
+    completed: bool = field(default=False, repr=False)
 
     @property
     def event(self) -> Any:
@@ -161,6 +170,27 @@ class Job:
     def delete(self) -> None:
         """Settle the job as done (what returning does)."""
         self.outcome = ("delete", None)
+
+    def complete(self, connection: Any = None, *, using: str = "default") -> None:
+        """Settle the job as done on ``connection``, in its open transaction, fenced by this
+        delivery's reservation — with the next job of its chain, if any: the handler's
+        writes, the job's deletion and the chain's next step commit together, once.
+
+        ``connection``: a SQLAlchemy ``Connection`` or ``Session``, a DB-API connection, or
+        None for Django's (``using`` names the alias), to the jobs table's database.
+        Raises :class:`~kombu_sqlqueue.exceptions.DeliveryLost` when the reservation is no
+        longer this delivery's (it lapsed and another worker took the job), and
+        :class:`~kombu_sqlqueue.exceptions.NotCompletable` outside a worker's delivery or
+        with no open transaction: nothing is written then, and the transaction is the
+        handler's to roll back (letting the exception out does). After the commit the
+        worker's own settlement of the job changes nothing (``laravel_bridge.completion``)."""
+        if self.completer is None:
+            raise NotCompletable(
+                f"job {self.id} ({self.name}) was not delivered by a worker: there is no "
+                "reservation to complete"
+            )
+        self.completer(Enlistment(connection, using))
+        self.completed = True
 
 
 def parse_job(

@@ -33,7 +33,6 @@ store's machinery (:class:`~kombu_sqlqueue.store.Database`,
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import secrets
@@ -48,7 +47,7 @@ from kombu_sqlqueue.store import ClaimedJob, ClaimResult, NewJob, Receipt
 from kombu_sqlqueue.store.claiming import check_claim
 from kombu_sqlqueue.store.database import Database, StoreOptions, TableStore
 from kombu_sqlqueue.store.engines.base import READ_ONLY
-from kombu_sqlqueue.store.enlist import Enlistment
+from kombu_sqlqueue.store.enlist import Enlistment, with_joined_store
 from kombu_sqlqueue.store.executor import Tx
 from kombu_sqlqueue.store.names import validate_queue_name
 from kombu_sqlqueue.store.schema import TableSpec
@@ -471,6 +470,17 @@ class LaravelTableStore(TableStore):
 
         return self._run(work) if held else set()
 
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have no row any more: settled (deleted, failed, or completed
+        in an application's transaction) — a row another worker took over is still there.
+        (A row Laravel released is gone too: its release re-inserts it under a new id.)"""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return set()
+        query = self.q.existing(ids)
+        rows = self._run(lambda tx: tx.execute_bound(query).fetchall(), read_only=True, single=True)
+        return set(ids) - {int(r[0]) for r in rows}
+
     def purge(self, queue: str) -> int:
         """Delete the unreserved jobs of ``queue``; return how many."""
         validate_queue_name(queue)
@@ -527,12 +537,7 @@ class LaravelDeliveries:
         self.store.check_payload_size(size)
 
     def joined(self, enlistment: Enlistment) -> LaravelDeliveries | None:
-        store = self.store.joined(enlistment)
-        if store is None:
-            return None
-        view = copy.copy(self)
-        view.store = store
-        return view
+        return with_joined_store(self, enlistment)
 
     def enqueue(self, job: NewJob) -> int:
         payload = job.payload.decode("utf-8", "surrogateescape")
@@ -600,6 +605,9 @@ class LaravelDeliveries:
         return held is not None and self.store.fail_held(
             *held, self.connection, reason, self.uuid_of
         )
+
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        return self.store.gone(job_ids)
 
     def size(self, queue: str) -> int:
         return self.store.size(queue)

@@ -319,6 +319,11 @@ class LaravelQueries:
         self.failed_flush = sa.delete(failed).where(before)
         self.failed_flush_queue = sa.delete(failed).where(before, f.queue == sa.bindparam("queue"))
 
+    def existing(self, ids: Sequence[int]) -> Any:
+        """Which of rows ``ids`` still exist, their values bound in (``gone``: a row deleted
+        is settled; one another worker took over is still there)."""
+        return sa.select(self.jobs.c.id).where(self.jobs.c.id.in_(ids))
+
     def stored_payload(self, found: Sequence[Any]) -> str | bytes:
         """The payload from the columns a statement here reads it with (the engine's
         ``text_read``): after id and attempts in :attr:`pop_lock`, after queue in

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, Self, TypeVar
 
 from kombu_sqlqueue.store import (
     ClaimedJob,
@@ -27,7 +27,13 @@ from kombu_sqlqueue.store import (
     open_store,
 )
 from kombu_sqlqueue.store.database import Database
-from kombu_sqlqueue.store.enlist import Joinable, current, joined_or_own
+from kombu_sqlqueue.store.enlist import (
+    Enlistment,
+    Joinable,
+    current,
+    joined_or_own,
+    with_joined_store,
+)
 from kombu_sqlqueue.store.holders import recover_dead_holds
 from kombu_sqlqueue.store.memory import MemoryJobStore, is_memory_url
 
@@ -142,6 +148,16 @@ class JobTable(Protocol):
 
     def release(self, job: ReservedJob, delay: float, *, refund: bool = False) -> bool:
         """Make the job ready again after ``delay`` s; ``refund`` gives the attempt back."""
+        ...
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        """This table writing in ``enlistment``'s open transaction (a handler completing its
+        job there, ``Job.complete``); None when the connection has none."""
+        ...
+
+    def gone(self, job: ReservedJob) -> bool:
+        """True when the job's row is no more: settled (by a handler in its transaction,
+        or by a worker that took it over); False while a reservation, any, holds it."""
         ...
 
     def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
@@ -346,6 +362,12 @@ class LaravelLayout(_CounterMixin):
     def fail(self, job: ReservedJob, connection: str, uuid: str, exception: str) -> bool:
         return self.store.fail(_row(job), connection, uuid, exception)
 
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        return with_joined_store(self, enlistment)
+
+    def gone(self, job: ReservedJob) -> bool:
+        return job.id in self.store.gone([job.id])
+
     def sign(self, name: str, *, recover: bool = True) -> int:
         return 0  # Laravel's jobs table has no column for a holder
 
@@ -445,6 +467,12 @@ class AskrLayout(_CounterMixin):
         # askr_failed_jobs has no connection column; its uuid is the row's own. The store
         # cuts a reason longer than its exception column holds.
         return self.store.dead_letter(_receipt(job), exception)
+
+    def joined(self, enlistment: Enlistment) -> Self | None:
+        return with_joined_store(self, enlistment)
+
+    def gone(self, job: ReservedJob) -> bool:
+        return job.id in self.store.gone([job.id])
 
     def size(self, queue: str) -> int:
         return self.store.size(queue)

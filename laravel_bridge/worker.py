@@ -49,6 +49,7 @@ from typing import Literal
 from kombu_sqlqueue.exceptions import MessageTooLarge
 
 from .alarms import JobTimedOut, WorkerSignals, in_main_thread
+from .completion import completed_here, completer
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
@@ -220,6 +221,8 @@ class Worker:
         self.output = output
         self.should_quit = False
         self.jobs_processed = 0
+        #: Jobs their handler completed in its own transaction (``job.complete``).
+        self.completed_in_transaction = 0
         self._stop = threading.Event()
         self.clock: Callable[[], float] = time.time
         #: The job reserved in the transaction that settled the last one (see _settle_done).
@@ -422,15 +425,19 @@ class Worker:
         timeout = (
             parsed.payload.timeout if parsed.payload.timeout is not None else (self.options.timeout)
         )
+        parsed.completer = completer(self.table, job, lambda: self._chain_next(parsed))
         try:
             with self.signals.time_limit(timeout):
                 # The worker's own Job: job.release() / job.fail() in the handler are read
                 # back from it when the handler returns.
                 handler.handle(parsed)
         except JobTimedOut as exc:
-            self._after_exception(job, parsed, exc, handler, timed_out=True)
+            if not self._completed(job, parsed, handler, exc):
+                self._after_exception(job, parsed, exc, handler, timed_out=True)
             return
         except Exception as exc:
+            if self._completed(job, parsed, handler, exc):
+                return
             if parsed.outcome is not None:
                 # The handler settled its job, then raised: its settlement stands (Laravel's
                 # handleJobException leaves a deleted, released or failed job as it is).
@@ -445,7 +452,33 @@ class Worker:
                 return
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return
-        self._after_success(job, parsed, handler)
+        if not self._completed(job, parsed, handler, None):
+            self._after_success(job, parsed, handler)
+
+    def _completed(
+        self, job: ReservedJob, parsed: Job, handler: Handler, exc: BaseException | None
+    ) -> bool:
+        """True when the handler completed its job in its transaction and that committed
+        (``job.complete``, completion.py): the job is done, whatever the handler did after;
+        nothing is written for it. False otherwise: the job settles as usual."""
+        if not parsed.completed or not completed_here(self.table, job):
+            return False
+        self.completed_in_transaction += 1
+        if exc is not None:
+            logger.error(
+                "%s (job %s) raised after completing in its transaction; it stays done: %s",
+                parsed.name,
+                job.id,
+                exc,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+        self._done(job, parsed, handler)
+        return True
+
+    def _chain_next(self, parsed: Job) -> list[PushJob]:
+        """The next job of a chain, to store with a finished job's deletion (none: [])."""
+        successor = next_in_chain(parsed, self.encrypter, self.clock())
+        return [] if successor is None else [successor]
 
     # -- outcomes -------------------------------------------------------------------
 
@@ -454,8 +487,7 @@ class Worker:
             self._apply_outcome(job, parsed, handler)
             return
         try:
-            successor = next_in_chain(parsed, self.encrypter, self.clock())
-            then = [] if successor is None else [successor]
+            then = self._chain_next(parsed)
         except Exception as exc:  # a chain link that cannot be dispatched: this job's failure
             self._after_exception(job, parsed, exc, handler, timed_out=False)
             return

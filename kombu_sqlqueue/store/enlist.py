@@ -34,6 +34,7 @@ No Kombu and no Laravel here; the store's verbs read :func:`current` only throug
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 import threading
 import weakref
@@ -159,6 +160,24 @@ def joined_or_own(store: J, enlistment: Enlistment | None) -> J:
         )
     view = joined(enlistment)
     return store if view is None else cast("J", view)
+
+
+class HasStore(Protocol):
+    store: Any
+
+
+H = TypeVar("H", bound=HasStore)
+
+
+def with_joined_store(owner: H, enlistment: Enlistment) -> H | None:
+    """A copy of ``owner`` whose ``store`` writes in ``enlistment``'s transaction (a table
+    wrapping a store, joined as the store is); None when there is none to join."""
+    store = owner.store.joined(enlistment)
+    if store is None:
+        return None
+    view = copy.copy(owner)
+    view.store = store
+    return view
 
 
 def active(django_atomic: str | None) -> Enlistment | None:

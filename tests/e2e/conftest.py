@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from apps.celery_app import create_app
 from celery import Celery
-from e2e_harness import E2E_DIR, E2E_VISIBILITY, Proc
+from e2e_harness import E2E_DIR, E2E_VISIBILITY, Proc, sql
+from laravel_support import sql_engine
 
 
 @pytest.fixture
@@ -48,3 +50,20 @@ def app(broker_url: str) -> Iterator[Celery]:
         yield app
     finally:
         app.close()
+
+
+@pytest.fixture
+def effects(db_url: str) -> Callable[[], list[tuple[str, int]]]:
+    """The application's ``effects`` table (created here) for the tests of ``complete()``;
+    returns a reader of its rows as (label, pid)."""
+    engine = sql_engine(db_url)
+    table = sa.Table(
+        "effects",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("label", sa.String(64), nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+    )
+    table.metadata.create_all(engine)
+    engine.dispose()
+    return lambda: [(str(r[0]), int(r[1])) for r in sql(db_url, "SELECT label, pid FROM effects")]

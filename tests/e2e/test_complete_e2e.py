@@ -15,28 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from celery import Celery
 from e2e_harness import E2E_VISIBILITY, Proc, sql, task_lines, wait_until
-from laravel_support import sql_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def effects(db_url: str) -> Callable[[], list[tuple[str, int]]]:
-    """The application's ``effects`` table (created here); returns a reader of its rows."""
-    engine = sql_engine(db_url)
-    table = sa.Table(
-        "effects",
-        sa.MetaData(),
-        sa.Column("id", sa.Integer, primary_key=True),
-        sa.Column("label", sa.String(64), nullable=False),
-        sa.Column("pid", sa.Integer, nullable=False),
-    )
-    table.metadata.create_all(engine)
-    engine.dispose()
-    return lambda: [(str(r[0]), int(r[1])) for r in sql(db_url, "SELECT label, pid FROM effects")]
 
 
 @pytest.fixture
