@@ -28,10 +28,15 @@ message keeps renewing the reservation until the task returns.
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
+from .envelope import QUEUE_INFO
 from .exceptions import NotCompletable
-from .store.enlist import Enlistment
+from .store.enlist import Enlistment, note_completed
+
+logger = logging.getLogger(__name__)
 
 
 def _current_task() -> Any:
@@ -70,6 +75,10 @@ def complete(connection: Any = None, task: Any = None, *, using: str = "default"
             f"task {getattr(task, 'name', '?')} has no delivery tag: it was not delivered "
             "by kombu-sqlqueue"
         )
+    info = properties.get("delivery_info") if isinstance(properties, dict) else None
+    queue = info.get(QUEUE_INFO) if isinstance(info, dict) else None
+    # Celery merges a message's headers into the request: a queue format reads its own.
+    headers = dict(vars(request)) if hasattr(request, "__dict__") else {}
     with task.app.pool.acquire(block=True) as broker:
         complete_in = getattr(broker.transport, "complete_in", None)
         if complete_in is None:
@@ -77,7 +86,40 @@ def complete(connection: Any = None, task: Any = None, *, using: str = "default"
                 f"the task's broker is {broker.transport.driver_type}, not kombu-sqlqueue: "
                 "complete() settles deliveries of a database broker"
             )
-        complete_in(tag, Enlistment(connection, using))
+        enlistment = Enlistment(connection, using)
+        note_completed(enlistment)
+        if complete_in(tag, enlistment, queue=queue if isinstance(queue, str) else None,
+                       headers=headers):  # fmt: skip
+            _tell_after_task(task, tag, str(queue), headers)
+
+
+#: task id -> the completions of a format's deliveries to tell of when the task returns.
+_AFTER_TASK: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+_connected = threading.Lock()
+
+
+def _tell_after_task(task: Any, tag: str, queue: str, headers: dict[str, Any]) -> None:
+    """Once the task returns (Celery's ``task_postrun``, in the process that ran it), its
+    transaction has committed or rolled back: the transport reads which and tells the
+    queue's format (``Transport.completed``)."""
+    from celery.signals import task_postrun
+
+    with _connected:
+        task_postrun.connect(_after_task, weak=False, dispatch_uid="kombu_sqlqueue.complete")
+    task_id = getattr(task.request, "id", None) or ""
+    _AFTER_TASK.setdefault(task_id, []).append((tag, queue, headers))
+
+
+def _after_task(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
+    pending = _AFTER_TASK.pop(task_id or "", [])
+    if not pending or sender is None:
+        return
+    try:
+        with sender.app.pool.acquire(block=True) as broker:
+            for tag, queue, headers in pending:
+                broker.transport.completed(tag, queue, headers)
+    except Exception:  # the job is settled; what follows is bookkeeping, never the task's
+        logger.exception("telling the queue format of task %s's completion failed", task_id)
 
 
 __all__ = ["complete"]

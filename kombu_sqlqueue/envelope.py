@@ -170,9 +170,16 @@ def receipt_of(tag: str) -> Receipt:
     return Receipt(int(job_id), token)
 
 
+#: The ``delivery_info`` key naming the queue a message was delivered from (Kombu's SQS
+#: transport says ``sqs_queue`` the same way): a task reads it in ``properties`` — what
+#: Celery hands a prefork child — to find the table its delivery lives in (``complete()``).
+QUEUE_INFO = "sqlqueue_queue"
+
+
 def delivery(job: ClaimedJob, message: dict[str, Any]) -> dict[str, Any]:
     """``message`` (read from ``job`` by :func:`read_message`) as a delivery: its tag names
-    the row and its reservation; ``redelivered`` when an earlier delivery may have run."""
+    the row and its reservation; ``redelivered`` when an earlier delivery may have run;
+    :data:`QUEUE_INFO` the queue."""
     properties = message["properties"]
     properties["delivery_tag"] = delivery_tag(job.receipt)
     redelivered = job.attempts > 1
@@ -180,6 +187,7 @@ def delivery(job: ClaimedJob, message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(info, dict):  # null or absent: Kombu reads either as {}
         info = properties["delivery_info"] = {}
     info["redelivered"] = redelivered
+    info[QUEUE_INFO] = job.queue
     message["redelivered"] = redelivered
     return message
 

@@ -39,6 +39,14 @@ class NotCompletable(ConfigurationError):
     connection with no open transaction."""
 
 
+class WriteLockHeld(ConfigurationError):
+    """On SQLite (one writer at a time), this thread's own open transaction — an ``enlist``
+    block's, or the one a task completed in — holds the database's write lock, and a message
+    that is never written in it (a task's retry) was sent meanwhile: it would wait for that
+    lock until the busy timeout ran out, again and again. Nothing was written: send it after
+    the transaction ends."""
+
+
 class DeliveryLost(SqlQueueError):
     """``complete()``: the delivery is no longer this task's — its reservation lapsed and
     another consumer took the job, or it was settled already. Nothing was written: roll

@@ -168,9 +168,8 @@ class PendingSettlements:
         takeover is warned of by the renewer when it happens). When the row is held by
         another consumer: the stale-settlement warning."""
         job_id = settlement.held.receipt.job_id
-        own = settlement.store is None or settlement.store is self.store
         try:
-            gone = own and job_id in self.store.gone([job_id])
+            gone = job_id in (settlement.store or self.store).gone([job_id])
         except StoreError:  # only to choose the log line: never raised out of an ack
             gone = False
         if not gone:
@@ -364,17 +363,21 @@ class Renewer:
         return lost_now
 
     def _settled_elsewhere(self, lost: dict[str, Held]) -> set[str]:
-        """Of the ``lost`` reservations, those whose row is gone from the transport's own
-        table: settled already (by the task, in the application's transaction), not taken
-        over — nothing to warn of."""
-        own = {tag: h for tag, h in lost.items() if self.store_for(h.queue) is self.store}
-        if not own:
-            return set()
-        try:
-            gone = self.store.gone([h.receipt.job_id for h in own.values()])
-        except StoreError:  # then each is warned of, as before
-            return set()
-        return {tag for tag, h in own.items() if h.receipt.job_id in gone}
+        """Of the ``lost`` reservations, those whose row is gone from its table: settled
+        already (by the task, in the application's transaction), not taken over — nothing
+        to warn of."""
+        by_store: dict[int, tuple[DeliveryStore, dict[str, Held]]] = {}
+        for tag, h in lost.items():
+            store = self.store_for(h.queue)
+            by_store.setdefault(id(store), (store, {}))[1][tag] = h
+        settled: set[str] = set()
+        for store, held in by_store.values():
+            try:
+                gone = store.gone([h.receipt.job_id for h in held.values()])
+            except StoreError:  # then each is warned of, as before
+                continue
+            settled |= {tag for tag, h in held.items() if h.receipt.job_id in gone}
+        return settled
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from queue import Empty
 from time import monotonic
 from typing import Any
@@ -64,6 +64,7 @@ from .exceptions import (
     StoreConditionError,
     StoreConnectionError,
     StoreError,
+    WriteLockHeld,
 )
 from .expiry import QueueKeeper
 from .formats import (
@@ -80,7 +81,7 @@ from .routing import RoutingCache
 from .store import JobContract, NewJob, TopologyContract, open_store
 from .store.claiming import is_claim_token
 from .store.contract import driver_version, render_url
-from .store.enlist import Enlistment, active, joined_or_own
+from .store.enlist import Enlistment, active, holds_write_lock, joined_or_own
 from .store.holders import recover_dead_holds
 from .store.names import validate_queue_name
 from .transient import TransientWriter
@@ -132,6 +133,8 @@ class Channel(virtual.Channel):
     def _store(self, queue: str, message: dict[str, Any], *, hold_transient: bool) -> None:
         validate_queue_name(queue)  # here, not in the writer's thread a moment later
         enlistment = self._enlistment(message)
+        if enlistment is None and self.store.single_writer and not is_transient(message):
+            self._refuse_behind_own_lock(queue, message)
         fmt = self.connection.formats.get(queue)
         if fmt is not None:  # another format's row, in its table: written now
             table = joined_or_own(self.connection.store_for(queue), enlistment)
@@ -183,6 +186,21 @@ class Channel(virtual.Channel):
         if isinstance(retries, int) and retries > 0:
             return None
         return active(self.options.django_atomic)
+
+    def _refuse_behind_own_lock(self, queue: str, message: dict[str, Any]) -> None:
+        """A message written now, not in the caller's transaction (a retry), while this
+        thread's own transaction holds SQLite's one write lock would wait for it until the
+        busy timeout ran out: refused at once, with what to do (WriteLockHeld)."""
+        if not holds_write_lock(self.store, active(self.options.django_atomic)):
+            return
+        task = (message.get("headers") or {}).get("task")
+        what = f"the retry of task {task}" if task else f"a message to queue {queue!r}"
+        raise WriteLockHeld(
+            f"{what} cannot be written now: this thread's open transaction holds the SQLite "
+            "database's one write lock (an enlist() block, or the transaction the task "
+            "completed in), and a retry is never written in it; nothing written — send it "
+            "after the transaction ends (call self.retry() outside the with block)"
+        )
 
     def _restore(self, message: Any) -> None:
         # Settlements go through QoS; Kombu's republish-on-restore would
@@ -556,32 +574,63 @@ class Transport(virtual.Transport):
             self.settled_by_task.add(tag)
         return written
 
-    def complete_in(self, tag: str, enlistment: Enlistment) -> None:
+    def complete_in(
+        self,
+        tag: str,
+        enlistment: Enlistment,
+        *,
+        queue: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Settle delivery ``tag`` as done on ``enlistment``'s connection, in its open
-        transaction, fenced by its reservation (``kombu_sqlqueue.complete``, completion.py).
-        Raises ``DeliveryLost`` when the reservation is no longer this delivery's; writes
-        nothing then. From any process: the tag names the row and its reservation."""
+        transaction, fenced by its reservation (``kombu_sqlqueue.complete``, completion.py):
+        on a queue of another format (``queue``, from the delivery), by that format's rules
+        for an ack — a Laravel chain's next job stored in the same transaction. Raises
+        ``DeliveryLost`` when the reservation is no longer this delivery's; writes nothing
+        then. From any process: the tag names the row and its reservation. True when the
+        format is to be told once the task returns (:meth:`completed`)."""
         try:
             receipt = receipt_of(tag)
         except ValueError:
             raise NotCompletable(f"{tag!r} is not a delivery tag of kombu-sqlqueue") from None
-        if not is_claim_token(receipt.token):
+        fmt = self.formats.get(queue) if queue is not None else None
+        if fmt is None and not is_claim_token(receipt.token):
             raise NotCompletable(
-                f"delivery {tag} is a job of a queue format's table: complete() settles "
-                "deliveries of the transport's own table"
+                f"delivery {tag} is a job of a queue format's table, and the task does not "
+                "say which queue it came from: complete() needs the delivery's properties"
             )
-        store = self.store.joined(enlistment)
-        if store is None:
+        store = self.store if fmt is None or queue is None else self.store_for(queue)
+        then = [] if fmt is None or queue is None else fmt.acked(queue, headers or {})
+        joined = store.joined(enlistment)
+        if joined is None:
             raise NotCompletable(
                 "complete() writes in the connection's open transaction, and it has none: "
                 "call it inside the transaction that writes the task's effects"
             )
-        if not store.ack(receipt):
+        written = joined.ack_and_enqueue(receipt, then) if then else joined.ack(receipt)
+        if not written:
             raise DeliveryLost(
                 f"job {receipt.job_id} is no longer this task's delivery (its reservation "
                 "lapsed and another consumer took it, or it was settled already): nothing "
                 "written; roll back, its effects are the other delivery's to commit"
             )
+        return fmt is not None
+
+    def completed(self, tag: str, queue: str, headers: Mapping[str, Any]) -> None:
+        """After a task that completed delivery ``tag`` of a format's ``queue`` returned:
+        when its transaction committed (the row is gone), the format's steps after a
+        settlement run, once, here (Laravel's: the unique lock released, the batch
+        recorded); when it rolled back, the holder's own ack settles and tells as usual."""
+        fmt = self.formats.get(queue)
+        if fmt is None:
+            return
+        job_id = receipt_of(tag).job_id
+        try:
+            gone = job_id in self.store_for(queue).gone([job_id])
+        except StoreError as exc:
+            logger.warning("could not read whether job %d was completed: %s", job_id, exc)
+            return
+        tell_settled(fmt, queue, headers, None, gone)
 
     # kombu's two base classes declare this differently; we match the virtual one.
     def drain_events(self, connection: Any, timeout: Any = None) -> Any:  # type: ignore[override]

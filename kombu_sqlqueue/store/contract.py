@@ -107,6 +107,10 @@ class DeliveryStore(Protocol):
         """Delete the job if ``receipt`` still holds it."""
         ...
 
+    def gone(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have no row any more: settled, not taken over."""
+        ...
+
     def ack_and_enqueue(self, receipt: Receipt, jobs: Sequence[NewJob]) -> bool:
         """Ack and store ``jobs`` at once (nothing written when stale)."""
         ...
@@ -207,10 +211,6 @@ class JobContract(DeliveryStore, Protocol):
 
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's backlog figures of ``queue``."""
-        ...
-
-    def gone(self, job_ids: Collection[int]) -> set[int]:
-        """Which of ``job_ids`` have no row any more: settled, not taken over."""
         ...
 
     def holders(self) -> list[Holding]:

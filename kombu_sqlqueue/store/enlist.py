@@ -43,7 +43,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from ..exceptions import EnlistError, SqlQueueError, StoreError
+from ..exceptions import EnlistError, SqlQueueError, StoreError, WrongDatabase
 from .executor import Tx
 
 if TYPE_CHECKING:
@@ -130,6 +130,48 @@ def enlist(connection: Any = None, *, using: str = "default") -> Iterator[Enlist
     finally:
         enlistment.closed = True
         _current.reset(token)
+
+
+#: The DB-API connection this thread's task completed a delivery on
+#: (``kombu_sqlqueue.complete``), resolved then: its transaction may still be open, holding
+#: SQLite's write lock (see :func:`holds_write_lock`). A strong reference (sqlite3's
+#: connections take no weak one): one per thread, a pooled connection anyway.
+_completed_on: ContextVar[tuple[int, Any] | None] = ContextVar(
+    "kombu_sqlqueue_completed_on", default=None
+)
+
+
+def note_completed(enlistment: Enlistment) -> None:
+    """Remember the connection this thread completed a delivery on (``enlistment``'s)."""
+    connection = enlistment.connection()
+    if connection is not None:
+        _completed_on.set((threading.get_ident(), connection))
+
+
+def holds_write_lock(store: Joinable, enlistment: Enlistment | None) -> bool:
+    """Whether this thread has a transaction open on ``store``'s database that has written
+    there — ``enlistment``'s (an ``enlist`` block) or the one it completed a delivery in —
+    so that on a one-writer engine (SQLite) a write on another connection would wait for it
+    until the busy timeout ran out. Reads ``in_transaction`` (sqlite3's: true once the
+    transaction wrote); a connection closed since is not holding anything."""
+    candidates: list[Any] = []
+    if enlistment is not None and not enlistment.closed:
+        with contextlib.suppress(Exception):  # a source closed since: nothing held
+            candidates.append(enlistment.connection())
+    completed = _completed_on.get()
+    if completed is not None and completed[0] == threading.get_ident():
+        candidates.append(completed[1])
+    for connection in candidates:
+        try:
+            if not connection.in_transaction:
+                continue
+            if store.joined(Enlistment(connection)) is not None:  # else WrongDatabase
+                return True
+        except WrongDatabase:
+            continue
+        except Exception:  # closed, or no such attribute (another driver): not held here
+            continue
+    return False
 
 
 def current() -> Enlistment | None:

@@ -74,6 +74,39 @@ def test_tasks_complete_with_their_effects_and_the_worker_says_nothing_of_it(
     assert "stale ack" not in output and "was lost" not in output, output[-4000:]
 
 
+@pytest.mark.parametrize("retry", ["after", "inside"])
+def test_a_task_that_completes_and_retries(
+    app: Celery, start_worker: Callable[..., Proc], effects: Callable[[], list[tuple[str, int]]],
+    db_url: str, out_file: Path, retry: str, engine_name: str,
+) -> None:  # fmt: skip
+    """A retry is a new job, written at once (never enlisted: the delivery it replaces is
+    settled whatever the transaction does). ``"after"`` the completion committed: this
+    delivery's effect stands, and the retry — a run the task asked for — writes its own: two
+    effects, one per delivery. ``"inside"`` the transaction: the completion rolls back with
+    the effect, and the retry's run writes the one effect. Either way the queue ends empty
+    and the worker warns of nothing (its ack of the first delivery is counted or settles)."""
+    worker = start_worker("solo")
+    app.tasks["e2e.effect"].delay("retried", retry=retry)
+    if retry == "inside" and engine_name == "sqlite":
+        # SQLite's one write lock is the transaction's: the retry cannot be written until it
+        # ends, and is refused at once (WriteLockHeld) instead of waiting for it. The task
+        # fails; its transaction rolls back with the effect.
+        wait_until(lambda: "WriteLockHeld" in worker.output and jobs_left(db_url) == 0, 60,
+                   what="the retry refused")  # fmt: skip
+        stop(worker)
+        assert effects() == []
+        assert "self.retry() outside the with block" in worker.output
+        return
+    ran = 2 if retry == "after" else 1  # "ran" lines: the first delivery's, if it got there
+    wait_until(lambda: sum(r["event"] == "ran" for r in task_lines(out_file)) >= ran
+               and jobs_left(db_url) == 0, 60, what="the task and its retry")  # fmt: skip
+    time.sleep(1)
+    stop(worker)
+    assert [label for label, _pid in effects()] == ["retried"] * (2 if retry == "after" else 1)
+    assert "stale ack" not in worker.output and "was lost" not in worker.output
+    assert jobs_left(db_url) == 0
+
+
 # Not on SQLite: there the stopped worker's open transaction holds the database's one write
 # lock, so no other worker can claim (or even declare its queues) until it resumes — the
 # job cannot be taken over while its effect is uncommitted.

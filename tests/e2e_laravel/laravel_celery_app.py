@@ -7,7 +7,9 @@ queues, comma-separated), ``LC_VISIBILITY`` (seconds), ``LC_MARKER`` (a file who
 makes ``App\\Jobs\\Flaky`` succeed), ``LC_FAIL_TUNED`` (``App\\Jobs\\Tuned`` always
 raises), ``LC_CLASSES`` (the only classes with tasks, comma-separated; default
 :data:`CLASSES`), ``LC_FAIL_CLASSES`` (classes whose task always raises),
-``LC_UNIQUE_LOCKS`` (the format's ``unique_locks``: Laravel's ``cache_locks`` table).
+``LC_UNIQUE_LOCKS`` (the format's ``unique_locks``: Laravel's ``cache_locks`` table),
+``LC_COMPLETE_CLASSES`` (classes whose task writes an ``effects`` row and completes its job
+in that transaction: ``kombu_sqlqueue.complete``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import os
 import time
 from typing import Any
 
+import sqlalchemy as sa
 from celery import Celery
 from laravel_support import APP_KEY
 
+from kombu_sqlqueue import complete
+from kombu_sqlqueue.store import parse_store_url
 from laravel_bridge.messages import to_message
 
 #: Every class the tests' Laravel jobs name, each a Celery task of that name.
@@ -65,10 +70,26 @@ def record(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     return line
 
 
+_engines: dict[int, sa.Engine] = {}
+
+
+def complete_with_effect(task: Any) -> None:
+    """Write one ``effects`` row (the task's id) and complete the job in that transaction."""
+    engine = _engines.get(os.getpid())  # one per process: connections do not cross a fork
+    if engine is None:
+        url = parse_store_url(os.environ["LC_BROKER_URL"].removeprefix("sqlqueue+"))[1]
+        engine = _engines[os.getpid()] = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO effects (label) VALUES (:id)"), {"id": task.request.id})
+        complete(conn, task)
+
+
 def behave(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """What each job does in Celery: record the run, then fail or sleep as the test asks."""
     line = record(task, args, kwargs)
     name, attempts = task.name, line["attempts"]
+    if name in os.environ.get("LC_COMPLETE_CLASSES", "").split(","):
+        complete_with_effect(task)
     if name in os.environ.get("LC_FAIL_CLASSES", "").split(","):
         raise RuntimeError(f"{name} fails here")
     if name == "App\\Jobs\\AlwaysFails":

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from laravel_harness import CHAINED, WORKER_CASES, LaravelQueueHarness, php_shape, same
-from laravel_support import APP_KEY, batch_row, unique_locks
+from laravel_support import APP_KEY, batch_row, sql_engine, unique_locks
 
 from laravel_bridge import Encrypter, LaravelQueue, ModelIdentifier, Payload, PhpEnum
 from laravel_bridge.messages import from_message
@@ -454,30 +455,45 @@ def test_on_contract_v1s_table_a_job_celery_has_no_task_for_is_handed_back_for_a
 EXPORT = "App\\Things\\ExportOrders"  # ShouldBeUnique, its uniqueId a property
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["done", "failed"])
+@pytest.mark.parametrize(
+    "fails", [False, True, "completes"], ids=["done", "failed", "completed-in-transaction"]
+)
 def test_a_celery_worker_releases_a_unique_jobs_lock_as_laravels_worker_does(
     queue: LaravelQueueHarness,
     celery_worker: Callable[..., CeleryWorker],
     out: Path,
-    fails: bool,
+    fails: bool | str,
 ) -> None:
     """``ShouldBeUnique`` dispatched by Laravel 8.83 itself (its lock in the database cache
     store's ``cache_locks``): a Celery worker with the format's ``unique_locks`` releases it
     when the job is done or failed, as ``CallQueuedHandler`` does, so Laravel's next
-    ``dispatch()`` of the same job is queued instead of dropped."""
+    ``dispatch()`` of the same job is queued instead of dropped. Completed in the task's
+    transaction (``kombu_sqlqueue.complete``, in a prefork child): its effect once, the job
+    gone with it, and the lock released once the task returned."""
+    engine = sql_engine(queue.db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE effects (label VARCHAR(64) NOT NULL)"))
     assert queue.dispatch_unique("ExportOrders", "2024-05")
     assert not queue.dispatch_unique("ExportOrders", "2024-05")  # held: Laravel drops it
     assert unique_locks(queue.db_url) == [
         "laravel_cachelaravel_unique_job:App\\Things\\ExportOrdersorders-2024-05"
     ]
     env = {"LC_UNIQUE_LOCKS": "cache_locks", "LC_QUEUES": "default"}
-    if fails:
+    if fails is True:
         env["LC_FAIL_CLASSES"] = EXPORT
+    elif fails == "completes":
+        env["LC_COMPLETE_CLASSES"] = EXPORT
     worker = celery_worker(**env)
     wait_for(lambda: unique_locks(queue.db_url) == [], 60, "the unique lock released")
     assert [r["class"] for r in runs_of(out)] == [EXPORT]
     assert worker.stop() == 0
-    assert [f["class"] for f in queue.failed()] == ([EXPORT] if fails else [])
+    assert [f["class"] for f in queue.failed()] == ([EXPORT] if fails is True else [])
+    with engine.connect() as conn:
+        effects = conn.execute(sa.text("SELECT label FROM effects")).scalars().all()
+    engine.dispose()
+    assert effects == ([runs_of(out)[0]["uuid"]] if fails == "completes" else [])
+    if fails == "completes":
+        assert "stale" not in worker.output() and "Traceback" not in worker.output()
     assert queue.dispatch_unique("ExportOrders", "2024-05")  # queued again
 
 

@@ -199,3 +199,30 @@ def test_another_brokers_task_is_not_ours_to_complete(tmp_path: Path) -> None:
         complete(conn, Task(app, message))  # Celery's own pool, of Kombu's memory transport
     engine.dispose()
     app.close()
+
+
+def test_a_savepoint_rolled_back_after_complete_takes_the_completion_with_it(
+    consumer: Connection, celery_app: Any, db_url: str
+) -> None:
+    """The completion is a write of the caller's transaction like any other: a savepoint
+    rolled back after it undoes it, the outer transaction commits without it, and the
+    delivery — still held — completes later."""
+    message = deliver(consumer)
+    job_id = int(message.delivery_tag.split(":")[0])
+    store = JobStore(db_url)
+    engine = sa.create_engine(store.url)  # the broker's database, with its driver
+    try:
+        with engine.begin() as conn:
+            nested = conn.begin_nested()
+            complete(conn, Task(celery_app, message))
+            nested.rollback()
+        assert store.gone([job_id]) == set()  # still there, and held
+        assert consumer.transport.renewer.renew_once() == set()
+        with engine.begin() as conn:
+            complete(conn, Task(celery_app, message))
+        assert store.gone([job_id]) == {job_id}
+    finally:
+        store.close()
+        engine.dispose()
+    message.ack()
+    assert consumer.transport.pending.settled_elsewhere == 1

@@ -21,7 +21,7 @@ from laravel_support import sql_engine
 from sqlalchemy.orm import Session
 
 from kombu_sqlqueue import enlist
-from kombu_sqlqueue.exceptions import EnlistError, WrongDatabase
+from kombu_sqlqueue.exceptions import EnlistError, WriteLockHeld, WrongDatabase
 
 QUEUE = "orders"
 KINDS = ["sqlalchemy", "session", "dbapi"]
@@ -492,6 +492,32 @@ def test_a_retry_and_a_transient_task_are_told_apart_from_celerys_own_messages(
                                  headers={"task": "t.x", "id": "2", "retries": 0})  # fmt: skip
                 app.rollback()
             assert waiting(broker) == ["retry"]
+    finally:
+        app.close()
+
+
+def test_a_retry_behind_the_write_lock_of_its_own_transaction_is_refused_on_sqlite(
+    engine_name: str, db_url: str, broker_url: str
+) -> None:
+    """After the caller's transaction wrote, a retry (never enlisted) is written on the
+    broker's own connection: on PostgreSQL and MariaDB at once, on SQLite never — its one
+    write lock is that transaction's — so there it is refused at once, nothing written,
+    instead of waiting for the lock until the busy timeout runs out."""
+    app = App(db_url, "sqlalchemy")
+    try:
+        with Connection(broker_url) as broker:
+            broker.SimpleQueue(QUEUE).qsize()
+            producer = broker.Producer()
+            with app.transaction() as (conn, insert), enlist(conn):
+                insert("written first")
+                headers = {"task": "t.x", "id": "1", "retries": 1}
+                if engine_name == "sqlite":
+                    with pytest.raises(WriteLockHeld, match="retry of task t"):
+                        producer.publish("retry", routing_key=QUEUE, headers=headers)
+                else:
+                    producer.publish("retry", routing_key=QUEUE, headers=headers)
+                app.rollback()
+            assert waiting(broker) == ([] if engine_name == "sqlite" else ["retry"])
     finally:
         app.close()
 

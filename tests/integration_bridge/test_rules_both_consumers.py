@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from queue import Empty
+from types import SimpleNamespace
 from typing import Any, Literal, Protocol
 
 import pytest
+import sqlalchemy as sa
 from bridge_support import failed
+from celery.signals import task_postrun
 from kombu import Connection
 from laravel_support import batch_row, sql_engine, unique_locks
 
+from kombu_sqlqueue import complete
 from laravel_bridge import HandlerRegistry, Job, JobCommand, LaravelQueue
 from laravel_bridge.alarms import JobTimedOut
 from laravel_bridge.tables import JobTable
@@ -24,7 +29,10 @@ from laravel_bridge.worker import Worker, WorkerOptions
 
 QUEUE = "rules"
 CLASS = "App\\Jobs\\Ruled"
-Outcome = Literal["ok", "raise", "timeout"]
+#: "complete": the handler or task writes an effect and completes its job in that
+#: transaction (``job.complete`` / ``kombu_sqlqueue.complete``).
+Outcome = Literal["ok", "raise", "timeout", "complete"]
+EFFECTS = sa.Table("effects", sa.MetaData(), sa.Column("n", sa.Integer, nullable=False))
 
 
 class Consumer(Protocol):
@@ -39,8 +47,9 @@ class Consumer(Protocol):
 
 
 class LaravelWorker:
-    def __init__(self, table: JobTable, **options: Any) -> None:
+    def __init__(self, table: JobTable, db: sa.Engine, **options: Any) -> None:
         self.ran: list[int] = []
+        self.db = db
         self.outcome: Outcome = "ok"
         registry = HandlerRegistry()
         registry.register(CLASS, self._handle)
@@ -54,6 +63,10 @@ class LaravelWorker:
             raise RuntimeError(f"boom {job.attempts}")
         if self.outcome == "timeout":  # what the worker's alarm raises in the handler
             raise JobTimedOut("the job ran longer than its timeout of 1 s")
+        if self.outcome == "complete":
+            with self.db.begin() as conn:
+                conn.execute(EFFECTS.insert().values(n=job.attempts))
+                job.complete(conn)
 
     def run(self, outcome: Outcome) -> bool:
         self.outcome = outcome
@@ -65,10 +78,47 @@ class LaravelWorker:
         self.worker.rules.close()  # what run() does when it returns
 
 
+class Pool:
+    """``app.pool`` as ``complete()`` uses it: a broker connection of the task's process."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.url, self.options = url, options
+
+    @contextmanager
+    def acquire(self, block: bool = True) -> Iterator[Connection]:
+        conn = Connection(self.url, transport_options=self.options)
+        conn.connect()
+        try:
+            yield conn
+        finally:
+            conn.release()
+
+
+class Task:
+    """What ``complete()`` and ``task_postrun``'s receivers read of a running task."""
+
+    name = CLASS
+
+    def __init__(self, app: Any, request: Any) -> None:
+        self.app, self.request = app, request
+
+
 class CeleryWorker:
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, db: sa.Engine) -> None:
         self.ran: list[int] = []
         self.conn = conn
+        self.db = db
+
+    def _complete(self, message: Any) -> None:
+        """What a task that completes in its transaction does, as Celery runs it: the
+        request carries the message's headers and properties; ``task_postrun`` follows."""
+        pool = Pool(self.conn.as_uri(include_password=True), self.conn.transport_options)
+        request = SimpleNamespace(**message.headers, properties=message.properties)
+        task = Task(SimpleNamespace(pool=pool), request)
+        with self.db.begin() as conn:
+            conn.execute(EFFECTS.insert().values(n=message.headers["laravel"]["attempts"]))
+            complete(conn, task)
+        task_postrun.send(sender=task, task_id=request.id)
 
     def run(self, outcome: Outcome) -> bool:
         try:
@@ -77,7 +127,9 @@ class CeleryWorker:
             return False
         attempts = message.headers["laravel"]["attempts"]
         self.ran.append(attempts)
-        if outcome != "ok":
+        if outcome == "complete":
+            self._complete(message)
+        elif outcome != "ok":
             # What laravel_bridge.celery_signals does when the task raises (or hits its
             # soft time limit): the failure settled by Laravel's rules, then Celery's ack.
             assert self.conn.transport.fail_delivery(
@@ -87,7 +139,10 @@ class CeleryWorker:
                 f"RuntimeError: boom {attempts}",
                 timed_out=outcome == "timeout",
             )
+        quiet = self.conn.transport.pending.settled_elsewhere
         message.ack()
+        if outcome == "complete":  # Celery's late ack finds the job completed: counted
+            assert self.conn.transport.pending.settled_elsewhere == quiet + 1
         return True
 
     def close(self) -> None:
@@ -104,21 +159,37 @@ def make_consumer(
     """The consumer under test, with ``settings`` named as both take them (the worker's
     ``WorkerOptions`` fields; the format's ``queue_formats`` settings)."""
     made: list[Consumer] = []
+    table.size(QUEUE)  # the job tables exist before the effects' transactions
+    db = sql_engine(db_url)
+    EFFECTS.create(db)
 
     def make(**settings: Any) -> Consumer:
         consumer: Consumer
         if request.param == "laravel-bridge work":
-            consumer = LaravelWorker(table, **settings)
+            consumer = LaravelWorker(table, db, **settings)
         else:
             formats = {QUEUE: {"format": "laravel", "layout": layout, **settings}}
             options = {"queue_formats": formats}
-            consumer = CeleryWorker(Connection(f"sqlqueue+{db_url}", transport_options=options))
+            conn = Connection(f"sqlqueue+{db_url}", transport_options=options)
+            consumer = CeleryWorker(conn, db)
         made.append(consumer)
         return consumer
 
     yield make
     for consumer in made:
         consumer.close()
+    EFFECTS.drop(db)
+    db.dispose()
+
+
+def effects(db_url: str) -> list[int]:
+    """The attempts each effect was written by."""
+    db = sql_engine(db_url)
+    try:
+        with db.connect() as conn:
+            return [r[0] for r in conn.execute(sa.select(EFFECTS.c.n))]
+    finally:
+        db.dispose()
 
 
 @pytest.fixture
@@ -131,15 +202,17 @@ def dispatch(queue: LaravelQueue, batchId: str | None = None, **options: Any) ->
     return queue.dispatch(CLASS, properties, queue=QUEUE, **options).uuid
 
 
+@pytest.mark.parametrize("outcome", ["ok", "complete"])
 def test_success_deletes_the_job_and_stores_the_next_of_its_chain(
-    consumer: Consumer, queue: LaravelQueue, table: JobTable
+    consumer: Consumer, queue: LaravelQueue, table: JobTable, db_url: str, outcome: Outcome
 ) -> None:
     dispatch(queue, chain=[JobCommand.build(CLASS, {"n": 2}, queue=QUEUE)])
-    assert consumer.run("ok")
+    assert consumer.run(outcome)
     assert table.size(QUEUE) == 1  # the chain's next job, stored with the delete
-    assert consumer.run("ok")
+    assert consumer.run(outcome)
     assert table.size(QUEUE) == 0 and failed(table) == []
     assert consumer.ran == [1, 1]
+    assert effects(db_url) == ([1, 1] if outcome == "complete" else [])
 
 
 def test_a_failure_within_tries_is_released_after_its_attempts_backoff(
@@ -206,7 +279,7 @@ def test_a_timeout_without_fail_on_timeout_is_a_failed_attempt_released(
 LOCK = f"laravel_cachelaravel_unique_job:{CLASS}7"
 
 
-@pytest.mark.parametrize("outcome", ["ok", "raise"])
+@pytest.mark.parametrize("outcome", ["ok", "raise", "complete"])
 def test_a_unique_jobs_lock_is_released_when_it_is_done_or_failed(
     make_consumer: MakeConsumer, db_url: str, table: JobTable, outcome: Outcome
 ) -> None:
@@ -223,7 +296,7 @@ def test_a_unique_jobs_lock_is_released_when_it_is_done_or_failed(
     assert len(failed(table)) == (outcome == "raise")
 
 
-@pytest.mark.parametrize("outcome", ["ok", "raise"])
+@pytest.mark.parametrize("outcome", ["ok", "raise", "complete"])
 def test_a_batched_job_is_recorded_in_its_batch(
     make_consumer: MakeConsumer, db_url: str, queue: LaravelQueue, table: JobTable,
     outcome: Outcome,
@@ -243,7 +316,7 @@ def test_a_batched_job_is_recorded_in_its_batch(
     consumer = make_consumer(batches_table="job_batches")
     assert consumer.run(outcome)
     row = batch_row(db_url, "b-1")
-    if outcome == "ok":
+    if outcome != "raise":
         assert (row["pending_jobs"], row["failed_jobs"]) == (1, 0)
     else:
         assert (row["pending_jobs"], row["failed_jobs"]) == (2, 1)

@@ -116,11 +116,14 @@ def create_app(
         after: float = 0.0,
         completes: bool = True,
         quiet: bool = False,
+        retry: str = "",
     ) -> None:
         """Writes one effect row and (``completes``) completes its delivery in the same
         transaction (``kombu_sqlqueue.complete``); on a first delivery it holds ``hold``
         seconds between the two. ``before``/``after``: work outside the transaction.
-        ``quiet``: no task lines (a run of thousands)."""
+        ``quiet``: no task lines (a run of thousands). ``retry`` (first delivery only):
+        ``"after"`` — ``self.retry()`` once the transaction committed; ``"inside"`` — raised
+        inside it, after ``complete()``, so the transaction rolls back."""
         from kombu_sqlqueue import complete
 
         redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
@@ -136,9 +139,13 @@ def create_app(
                 time.sleep(hold)
             if completes:
                 complete(conn)
+            if retry == "inside" and self.request.retries == 0:
+                raise self.retry(countdown=0)
         time.sleep(after)
         if not quiet:
             _record("ran", label, self.request)
+        if retry == "after" and self.request.retries == 0:
+            raise self.retry(countdown=0)
 
     @app.task(bind=True, name="e2e.fail", shared=False)
     def fail(self: Any, label: str) -> None:
