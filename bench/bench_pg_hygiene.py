@@ -102,7 +102,7 @@ def run_mode(url: str, mode: str, args: argparse.Namespace) -> list[tuple[str, d
                 if not got:
                     raise RuntimeError("queue unexpectedly empty")
                 receipts.extend(j.receipt for j in got)
-            if store.ack_many(receipts) != len(receipts):
+            if len(store.ack_many(receipts)) != len(receipts):
                 raise RuntimeError("an ack was stale")
             done += ROUND
             if done % args.report_every == 0 or done >= args.cycles:

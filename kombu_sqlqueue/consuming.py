@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from kombu.transport import virtual
 
+from .acks import AckBatcher
 from .envelope import delivery, delivery_tag, read_message, receipt_of
 from .exceptions import MalformedMessage, StoreConditionError, StoreError
 from .formats import DeliveryStore, QueueFormat, Undeliverable
@@ -44,6 +45,7 @@ class ConsumingTransport(Protocol):
     formats: dict[str, QueueFormat]
     held: HeldDeliveries
     renewer: Renewer
+    acks: AckBatcher
 
     @property
     def channels(self) -> Sequence[Any]: ...  # the channels, each with its .consumer
@@ -127,6 +129,9 @@ class ChannelConsumer:
         connection = self.transport
         limit = self.options.for_queue(queue).max_attempts
         store = connection.store_for(queue)
+        # The acks held since the last claim go first: the rows they free are settled, and
+        # a batch is written per claim when the consumer drains a backlog (acks.py).
+        connection.acks.flush()
         try:
             claimed = store.claim(queue, n, self.options.visibility_timeout, limit)
         except StoreConditionError as exc:

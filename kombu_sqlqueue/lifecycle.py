@@ -3,7 +3,8 @@
 Nothing notices a process going the way a broker notices a dropped connection, so
 at a normal interpreter exit this package itself:
 
-1. writes the transient messages its writers still hold (``transient.py``), then
+1. writes the transient messages its writers still hold (``transient.py``) and the
+   acks its batchers hold (``acks.py``), then
 2. deletes the auto_delete queues of channels never closed (a monitor leaving with
    its event receiver still running in a daemon thread: Flower on SIGTERM), which a
    broker deletes when the connection drops.

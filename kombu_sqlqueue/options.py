@@ -98,6 +98,13 @@ class TransportOptions:
     #: arriving in a burst are collected to be written in one statement; a transient
     #: message with none written this long before is written at once. 0: always at once.
     transient_flush_interval: float = 0.05
+    #: Seconds an ack may be held to be written with others in one statement and commit
+    #: (before the consumer's next claim, or after this long; see ``acks.py``). A process
+    #: killed outright loses the acks it held: those messages are delivered again, as any
+    #: unacked one. 0: every ack is written before ``ack()`` returns.
+    ack_flush_interval: float = 0.005
+    #: Most acks held before they are written (the bound on redeliveries a kill adds).
+    ack_batch_size: int = 64
     #: Queues whose rows are not Kombu's envelope: ``{queue: format}``, the format a name
     #: (``"laravel"``: Laravel's own ``jobs``/``failed_jobs`` tables) or a mapping with the
     #: name under ``"format"`` and the format's settings beside it (see ``formats.py`` and
@@ -141,6 +148,7 @@ class TransportOptions:
             "reconnect_timeout",
             "bindings_cache_seconds",
             "transient_flush_interval",
+            "ack_flush_interval",
         ):
             if name in values:
                 values[name] = _number(name, values[name], minimum=0)
@@ -160,6 +168,10 @@ class TransportOptions:
                 raise ConfigurationError(
                     f"claim_batch_size may be at most {MAX_CLAIM}, got {values['claim_batch_size']}"
                 )
+        if "ack_batch_size" in values:
+            values["ack_batch_size"] = _number(
+                "ack_batch_size", values["ack_batch_size"], minimum=1, integer=True
+            )
         if "busy_timeout" in values:
             values["busy_timeout"] = _number("busy_timeout", values["busy_timeout"], minimum=0.001)
         order = values.get("priority_order", "high_first")

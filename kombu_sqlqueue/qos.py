@@ -156,12 +156,12 @@ class PendingSettlements:
         try:
             written = settlement.write(settlement.store or self.store)
         except StoreConditionError as exc:
-            self._keep(settlement, exc)
+            self.keep([settlement], exc)
             return
         if not written:
-            self._stale(settlement)
+            self.stale(settlement)
 
-    def _stale(self, settlement: Settlement) -> None:
+    def stale(self, settlement: Settlement) -> None:
         """A settlement that wrote nothing. When the job's row is gone it was settled
         already — by its task, in the application's transaction (``complete()``), or by a
         consumer that took it over and finished it: counted, said at debug level (a
@@ -183,9 +183,10 @@ class PendingSettlements:
             settlement.held.queue,
         )
 
-    def _keep(self, settlement: Settlement, exc: StoreConditionError) -> None:
+    def keep(self, settlements: list[Settlement], exc: StoreError) -> None:
+        """Keep ``settlements`` the database refused (``exc``), to write them again."""
         with self._lock:
-            self._pending.append(settlement)
+            self._pending.extend(settlements)
             report = not self._reported
             self._reported = True
         if report:
@@ -229,7 +230,7 @@ class PendingSettlements:
                     if self._pending and self._pending[0] is settlement:
                         self._pending.pop(0)
                 if not written:
-                    self._stale(settlement)
+                    self.stale(settlement)
             with self._lock:
                 cleared, self._reported = self._reported, False
             if cleared:
@@ -422,6 +423,7 @@ class QoS(virtual.QoS):
             fmt = self.channel.connection.formats.get(held.queue)
             if fmt is None:
                 settlement = self._settlement(held, "ack", lambda store: store.ack(receipt))
+                self.channel.connection.acks.ack(settlement)  # in a batch (acks.py)
             else:
                 queue, headers = held.queue, self._headers(delivery_tag)
                 then = fmt.acked(queue, headers)
@@ -431,7 +433,7 @@ class QoS(virtual.QoS):
                     return tell_settled(fmt, queue, headers, None, done)
 
                 settlement = self._settlement(held, "ack", write)
-            self.channel.connection.pending.settle(settlement)
+                self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
         self.channel.connection.room_freed.set()
 

@@ -30,7 +30,8 @@ See :class:`kombu_sqlqueue.options.TransportOptions` (and ``docs/configuration.m
 ``visibility_timeout``, ``renew_interval``, ``polling_interval``, ``max_polling_interval``,
 ``max_attempts``, ``backoff_base``, ``backoff_cap``, ``queue_options``,
 ``priority_order``, ``claim_batch_size``, ``sqlite_synchronous``,
-``busy_timeout``, ``create_tables``, ``bindings_cache_seconds`` …
+``busy_timeout``, ``create_tables``, ``bindings_cache_seconds``, ``ack_flush_interval``,
+``ack_batch_size`` …
 
 This module holds no SQL: it turns Kombu calls into job-store calls.
 """
@@ -49,6 +50,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from . import holders, lifecycle
 from ._version import __version__
+from .acks import AckBatcher
 from .consuming import ChannelConsumer
 from .envelope import (
     dedupe_identity,
@@ -512,6 +514,9 @@ class Transport(virtual.Transport):
         self.renewer = Renewer(self.store, self.held, self.options, self.pending, self.store_for)
         self.queue_keeper = QueueKeeper(self.store)
         self.transient = TransientWriter(self.store, self.options.transient_flush_interval)
+        self.acks = AckBatcher(
+            self.pending, self.options.ack_flush_interval, self.options.ack_batch_size
+        )
         self._idle_rounds = 0
         self._condition_reported = False
         #: Publishes the deduplication window kept from writing (``dedupe_window``).
@@ -647,7 +652,9 @@ class Transport(virtual.Transport):
         while True:
             self.pending.retry()
             try:
-                cycle.get(self._deliver, timeout=timeout)
+                # The callbacks' acks are written together when the round ends (acks.py).
+                with self.acks.delivering():
+                    cycle.get(self._deliver, timeout=timeout)
             except Empty:
                 pass
             else:
@@ -717,6 +724,7 @@ class Transport(virtual.Transport):
             # Held transient messages first: closing the channels deletes their
             # auto_delete queues, which must not be written to afterwards.
             self.transient.stop()
+            self.acks.stop()  # held acks written; later ones (a channel's close) at once
             super().close_connection(connection)
         finally:
             self.renewer.stop()

@@ -584,8 +584,8 @@ class LaravelDeliveries:
         then = [(j.queue, j.payload.decode("utf-8", "surrogateescape"), j.delay) for j in jobs]
         return self.store.delete(LaravelRow(held[0], "", "", held[1], 0), then)
 
-    def ack_many(self, receipts: Sequence[Receipt]) -> int:
-        return sum(self.ack(r) for r in receipts)
+    def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
+        return {r for r in receipts if self.ack(r)}
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         held = self._held(receipt)

@@ -115,8 +115,9 @@ class DeliveryStore(Protocol):
         """Ack and store ``jobs`` at once (nothing written when stale)."""
         ...
 
-    def ack_many(self, receipts: Sequence[Receipt]) -> int:
-        """Ack several deliveries; return how many were still held."""
+    def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
+        """Ack several deliveries at once, each fenced by its own reservation; return those
+        that were still held (the rest changed nothing: stale)."""
         ...
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:

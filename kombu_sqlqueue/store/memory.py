@@ -408,10 +408,10 @@ class MemoryJobStore:
         with self._space.lock:
             return self._ack_in(receipt, rows)
 
-    def ack_many(self, receipts: Sequence[Receipt]) -> int:
-        """Ack several deliveries at once; return how many were still held."""
+    def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
+        """Ack several deliveries at once; return those that were still held."""
         with self._space.lock:
-            return sum(self._ack_in(r) for r in set(receipts))
+            return {r for r in set(receipts) if self._ack_in(r)}
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""

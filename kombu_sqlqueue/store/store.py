@@ -219,7 +219,7 @@ class JobStore(TableStore):
         of handed out. Jobs come back in claim order (priority, then age).
         """
         params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
-        if n <= 0:
+        if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
             return ClaimResult([])
         if self.q.claim_in_one_statement:
             # The claim statement alone (one round trip); only rows that must not be
@@ -238,6 +238,15 @@ class JobStore(TableStore):
         if result.jobs:
             self.stop_waiting()
         return result
+
+    def _any_ready(self, params: ClaimParams) -> bool:
+        """Whether a claim of ``params`` would find a row (read only: no write lock)."""
+        binds = {"queue": params.queue, "now": params.now}
+        return self._run(
+            lambda tx: bool(tx.execute(self.q.job_ready_any, binds).fetchone()[0]),
+            read_only=True,
+            single=True,
+        )
 
     def _claim_in(
         self,
@@ -335,21 +344,23 @@ class JobStore(TableStore):
 
         return self._run(work, single=not rows)
 
-    def ack_many(self, receipts: Sequence[Receipt]) -> int:
-        """Ack several deliveries in one transaction; return how many were still held."""
+    def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
+        """Ack several deliveries in one transaction, each fenced by its own reservation;
+        return those that were still held (one statement per claim token among them)."""
         by_token: dict[str, list[int]] = {}
         for r in receipts:
             by_token.setdefault(r.token, []).append(r.job_id)
         if not by_token:
-            return 0
+            return set()
 
-        def work(tx: Tx) -> int:
-            return sum(
-                tx.execute_bound(self.q.job_ack_many.bindparams(token=t, ids=ids)).rowcount
-                for t, ids in by_token.items()
-            )
+        def work(tx: Tx) -> set[Receipt]:
+            return {
+                Receipt(job_id, token)
+                for token, ids in by_token.items()
+                for job_id in self.q.ack_rows(tx, token, ids)
+            }
 
-        return self._run(work)
+        return self._run(work, single=len(by_token) == 1 and self.q.ack_rows_in_one_statement)
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""

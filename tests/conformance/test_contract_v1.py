@@ -339,9 +339,10 @@ def test_ack_many_acks_only_what_is_held(
     a, b = taken_over
     store.enqueue(job(payload=b"other"))
     (c,) = store.claim("q", 1, 30).jobs
-    assert store.ack_many([a, c.receipt]) == 1
+    assert store.ack_many([a, c.receipt]) == {c.receipt}
     assert store.get_job(a.job_id) is not None and store.get_job(c.id) is None
-    assert store.ack_many([b]) == 1
+    assert store.ack_many([b]) == {b}
+    assert store.ack_many([b, c.receipt]) == set()  # settled already: stale
 
 
 def test_release_rearms_after_delay_and_keeps_attempts(store: JobContract, clock: Clock) -> None:

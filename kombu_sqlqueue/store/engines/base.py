@@ -182,6 +182,9 @@ class Queries(LayoutPrimitives):
     job_ack_many = sa.text(
         "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids"
     ).bindparams(sa.bindparam("ids", expanding=True))
+    job_ack_many_returning = sa.text(
+        "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids RETURNING id"
+    ).bindparams(sa.bindparam("ids", expanding=True))
     job_release = sa.text(
         """
         UPDATE askr_jobs
@@ -548,9 +551,34 @@ class Queries(LayoutPrimitives):
         """
     )
 
+    # Whether any row of the queue is ready for a claim (job_claim's two halves, each an
+    # index probe): what a claim that peeks first reads before it writes.
+    job_ready_any = sa.text(
+        """
+        SELECT EXISTS (SELECT 1 FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until IS NULL
+                          AND available_at <= :now)
+            OR EXISTS (SELECT 1 FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until <= :now
+                          AND available_at <= :now)
+        """
+    )
+
+    #: A claim first reads whether anything is ready (``job_ready_any``, a read that takes
+    #: no lock) and writes only then: for an engine whose write lock is the whole database.
+    claim_peeks_first: ClassVar[bool] = False
+
     #: ``claim_rows`` is one statement, so a claim can run as that statement alone
     #: (autocommit on a server engine: one round trip instead of BEGIN, claim, COMMIT).
     claim_in_one_statement: ClassVar[bool] = False
+
+    #: ``ack_rows`` is one statement (an ack batch of one claim token runs alone).
+    ack_rows_in_one_statement: ClassVar[bool] = True
+
+    def ack_rows(self, tx: Tx, token: str, ids: Sequence[int]) -> list[int]:
+        """Delete those of ``ids`` that ``token`` still holds; return their ids."""
+        found = tx.execute_bound(self.job_ack_many_returning.bindparams(token=token, ids=ids))
+        return [int(r[0]) for r in found.fetchall()]
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds

@@ -14,7 +14,7 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -115,6 +115,20 @@ class MySQLQueries(Queries):
          WHERE id IN :ids
         """
     ).bindparams(sa.bindparam("ids", expanding=True))
+
+    # MySQL has no DELETE … RETURNING (MariaDB has, MySQL 8 not): the rows still held
+    # are locked and read, then deleted, in one transaction.
+    job_ack_many_locking = sa.text(
+        "SELECT id FROM askr_jobs WHERE reserved_token = :token AND id IN :ids FOR UPDATE"
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    ack_rows_in_one_statement: ClassVar[bool] = False
+
+    def ack_rows(self, tx: Tx, token: str, ids: Sequence[int]) -> list[int]:
+        locked = tx.execute_bound(self.job_ack_many_locking.bindparams(token=token, ids=ids))
+        held = [int(r[0]) for r in locked.fetchall()]
+        if held:
+            tx.execute_bound(self.job_ack_many.bindparams(token=token, ids=held))
+        return held
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
         # Each half is in claim order; together they are not, and only n are taken.

@@ -12,14 +12,19 @@ Overrides, each for a reason:
   ``BEGIN``;
 * busy errors: "database is locked" is retried by the store;
 * a text column a layout reads back comes as its bytes and storage class
-  (``SQLiteQueries.text_read``): SQLite keeps a BLOB or non-UTF-8 bytes in one.
+  (``SQLiteQueries.text_read``): SQLite keeps a BLOB or non-UTF-8 bytes in one;
+* a claim looks before it takes the write lock (``claim_peeks_first``), and idle
+  consumers wake on the file's commit counter (``SQLiteListener``): SQLite has one
+  write lock for the whole file, which an empty poll must not take from a producer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
-from collections.abc import Hashable, Sequence
+import time
+from collections.abc import Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
@@ -33,7 +38,7 @@ from ...exceptions import (
     StorePermissionError,
     StoreReadOnlyError,
 )
-from .base import READ_ONLY, BaseEngine, Queries, check_choice
+from .base import READ_ONLY, BaseEngine, Listener, Queries, check_choice
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -64,6 +69,12 @@ _PASSING = frozenset(
 
 class SQLiteQueries(Queries):
     now_sql: ClassVar[str] = "(unixepoch())"
+
+    # A claim is a write transaction (BEGIN IMMEDIATE), and SQLite has one write lock for
+    # the whole file: idle consumers polling an empty queue took it from the producer in
+    # turn (measured: 0.75x huey, which reads first). A read (WAL: never waits for the
+    # writer, never blocks it) says whether anything is ready; only then is the lock taken.
+    claim_peeks_first: ClassVar[bool] = True
 
     # The file the connection's main database is, by device and inode: two paths to one
     # file (a symlink, a relative path) are the same database, a copy is not.
@@ -180,6 +191,9 @@ class SQLiteEngine(BaseEngine):
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
 
+    def listener(self, url: URL) -> Listener | None:
+        return SQLiteListener(url.database or "")
+
     # SQLite's own limit on a string or BLOB (SQLITE_MAX_LENGTH as compiled into Python's
     # sqlite3); read from the first connection.
     max_payload_bytes: int = 1_000_000_000
@@ -207,3 +221,73 @@ class SQLiteEngine(BaseEngine):
         # "disk I/O error", "unable to open database file": the file is unusable
         # through this connection. (A corrupt file is a DatabaseError: not this.)
         return isinstance(exc, sqlite3.OperationalError)
+
+
+#: A waiting consumer reads the commit counter this often at first, then less often
+#: while nothing commits, up to :data:`WAKE_CHECK_MAX` (each read ~3 us: no lock, no I/O).
+WAKE_CHECK_FIRST = 0.001
+WAKE_CHECK_MAX = 0.010
+
+
+class SQLiteListener(Listener):
+    """Idle consumers' wake-up on SQLite: the file's commit counter.
+
+    SQLite is one machine, and every commit to the file — a publish from any process —
+    changes ``PRAGMA data_version`` as seen by every other connection (it is read from
+    the WAL index in shared memory: no lock, no disk read). A waiting consumer reads it
+    every few milliseconds and wakes when it moved, so consumers neither sleep through a
+    burst nor poll the table (whose claim would need the write lock). It wakes on any
+    commit (an ack, another table of the same file): the claim after it only looks
+    (``claim_peeks_first``). The counter last seen is kept between waits, so a commit
+    made between a consumer's empty claim and its next wait ends that wait at once.
+    Nothing can be lost by it: a wait that sees no change still ends at its timeout and
+    the consumer claims again, as when polled.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._seen: int | None = None
+
+    def _version(self) -> int | None:
+        """The file's commit counter, or None when it cannot be read (then: a plain sleep)."""
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(
+                    self.path, timeout=0.1, isolation_level=None, check_same_thread=False
+                )
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            self.close()
+            return None
+
+    def wait(
+        self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
+    ) -> bool:
+        deadline = time.monotonic() + seconds
+        seen = self._version()
+        if seen is None:
+            time.sleep(max(0.0, seconds))
+            return False
+        if self._seen is not None and seen != self._seen:
+            self._seen = seen
+            return True
+        self._seen = seen
+        pause = WAKE_CHECK_FIRST
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, WAKE_CHECK_MAX)
+            now = self._version()
+            if now is None:
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
+            if now != seen:
+                self._seen = now
+                return True
+        return False
+
+    def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()

@@ -1,0 +1,175 @@
+"""Acks written in batches: many deliveries' deletions in one fenced statement and commit.
+
+An ack written alone is a committed DELETE per message, and a consumer draining a backlog
+waits for it before its prefetch slot refills: with a durable commit, the commit is most
+of a message's cost. :class:`AckBatcher` writes the acks of the transport's own queues
+together (``ack_many``: one statement per claim, each row fenced by its own reservation
+token, so a stale ack among them changes nothing and fails none of the others).
+
+An ack is held when it comes in a burst: made while ``drain_events`` delivers (the
+messages of one claim), or within ``ack_flush_interval`` seconds of the last ack written
+(a Celery worker's acks under load). A sporadic ack is written at once, before ``ack()``
+returns. What is held is written when ``drain_events`` returns, before the consumer's next
+claim, within ``ack_flush_interval`` seconds by the batcher's thread, when
+``ack_batch_size`` are held, when the transport closes and when the interpreter exits —
+so a consumer that acks in its callbacks finds its acks written when ``drain_events``
+returns, as if each had been written alone; only another process may see a row for those
+few milliseconds.
+
+What that costs, and only that: a process killed outright (kill -9, a power loss) loses
+the acks it held, at most ``ack_batch_size`` and at most ``ack_flush_interval`` seconds'
+worth; those messages are not lost but delivered again when their reservations lapse,
+as any unacked delivery is (at least once; a task that completes in the application's
+transaction, ``kombu_sqlqueue.complete``, is not even run twice for it).
+
+A batch the database refuses (full disk, read-only, a connection lost past
+``reconnect_timeout``) goes to :class:`~.qos.PendingSettlements` and is written again
+from there; a settlement is never applied to another delivery (each is fenced by its own
+token). Acks on a queue format's table (Laravel's ``jobs``) are written one by one: the
+format's rules run with each. ``ack_flush_interval = 0``: every ack is written before
+``ack()`` returns, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from time import monotonic
+
+from . import lifecycle
+from .exceptions import StoreError
+from .formats import DeliveryStore
+from .qos import PendingSettlements, Settlement
+
+logger = logging.getLogger(__name__)
+
+
+class AckBatcher:
+    """Holds acks and writes them in batches (see the module docstring)."""
+
+    def __init__(self, pending: PendingSettlements, interval: float, batch_size: int) -> None:
+        self.pending = pending
+        self.interval = interval
+        self.batch_size = batch_size
+        #: Acks written in a batch of more than one (a measure of what batching saved).
+        self.batched = 0
+        self._reset()
+        lifecycle.track_writer(self)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's held acks are the parent's to write."""
+        self._reset()
+
+    def _reset(self) -> None:
+        self._held: list[Settlement] = []
+        self._last_write = float("-inf")
+        self._delivering = 0  # delivery rounds under way (see delivering())
+        self._lock = threading.Lock()  # guards _held and _delivering
+        self._write_lock = threading.Lock()  # one batch at a time: acks keep their order
+        self._wake = threading.Event()
+        self._stop_event = threading.Event()  # set by stop(): a gathering wait ends at once
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def delivering(self) -> Iterator[None]:
+        """Acks made meanwhile (by the callbacks of one delivery round) are held, and
+        written when it ends."""
+        with self._lock:
+            self._delivering += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._delivering -= 1
+            self.flush()
+
+    def ack(self, settlement: Settlement) -> None:
+        """Write ``settlement`` (an ack) with the next batch, or now when sporadic."""
+        with self._lock:
+            burst = self._held or self._delivering or monotonic() - self._last_write < self.interval
+            batching = bool(burst) and self.interval > 0 and not self._stopped
+            if batching:
+                self._held.append(settlement)
+                full = len(self._held) >= self.batch_size
+                if not full:
+                    self._ensure_thread()
+                    self._wake.set()
+        if not batching:
+            with self._write_lock:
+                self._last_write = monotonic()
+                self.pending.settle(settlement)
+        elif full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held acks now (one statement per store and claim)."""
+        with self._write_lock:
+            with self._lock:
+                batch, self._held = self._held, []
+            if batch:
+                self._last_write = monotonic()
+                self._write(batch)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _write(self, batch: list[Settlement]) -> None:
+        if len(self.pending):  # the database refuses writes: behind those kept, in order
+            for settlement in batch:
+                self.pending.settle(settlement)
+            return
+        by_store: dict[int, tuple[DeliveryStore, list[Settlement]]] = {}
+        for settlement in batch:
+            store = settlement.store or self.pending.store
+            by_store.setdefault(id(store), (store, []))[1].append(settlement)
+        for store, group in by_store.values():
+            try:
+                acked = store.ack_many([s.held.receipt for s in group])
+            except StoreError as exc:
+                # Kept and written again (PendingSettlements.retry); never applied to
+                # another delivery, each being fenced by its own reservation.
+                self.pending.keep(group, exc)
+                continue
+            except Exception:  # a bug, not the database: one by one, as unbatched
+                logger.exception("writing %d acks at once failed; writing each", len(group))
+                for settlement in group:
+                    self.pending.settle(settlement)
+                continue
+            if len(group) > 1:
+                self.batched += len(acked)
+            for settlement in group:
+                if settlement.held.receipt not in acked:
+                    self.pending.stale(settlement)
+
+    def _ensure_thread(self) -> None:
+        # Under _lock. Also (re)starts it in a forked child, whose threads did not survive.
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._loop, name="kombu-sqlqueue-acks", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopped:
+                return
+            # Gather what comes within one interval (or until the consumer's next claim
+            # writes them first), then write it.
+            self._stop_event.wait(self.interval)
+            try:
+                self.flush()
+            except Exception:  # the thread must outlive any one batch
+                logger.exception("writing held acks failed")
+
+    def stop(self) -> None:
+        """Write what is held, and write every later ack at once."""
+        with self._lock:
+            self._stopped = True
+        self._stop_event.set()
+        self._wake.set()
+        self.flush()
+        lifecycle.untrack_writer(self)
