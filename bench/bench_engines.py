@@ -372,7 +372,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, bt._raise_on_sigterm)
+    signal.signal(signal.SIGTERM, bt.raise_on_sigterm)
     workdir = Path(tempfile.mkdtemp(prefix="sqlqueue-bench-engines-"))
     started = time.perf_counter()
     results: list[bt.Result] = []

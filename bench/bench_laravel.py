@@ -87,6 +87,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import servers  # noqa: E402
+from bench_common import code_version  # noqa: E402
 
 from kombu_sqlqueue.store import StoreOptions  # noqa: E402
 from laravel_bridge import HandlerRegistry, LaravelQueue, Worker, WorkerOptions  # noqa: E402
@@ -476,24 +477,6 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("  ".join("-" * w for w in widths))
     for c in cells:
         print(fmt.format(*c).rstrip())
-
-
-def code_version() -> str:
-    """The commit, and whether the packages have uncommitted edits."""
-    try:
-        git = ["git", "-C", str(HERE.parent)]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "laravel_bridge", "kombu_sqlqueue"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

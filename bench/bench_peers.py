@@ -74,7 +74,6 @@ import signal
 import socket
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -87,6 +86,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import kombu
+from bench_common import code_version, raise_on_sigterm
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("enqueue", "drain", "e2e")
@@ -686,28 +686,6 @@ def print_summary(summary: dict[str, Any], rounds: int) -> None:
         print(fmt.format(*row))
 
 
-def code_version() -> str:
-    """The commit under test, and whether kombu_sqlqueue/ has uncommitted edits."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(HERE.parent), "status", "--porcelain", "kombu_sqlqueue"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}{'+dirty' if dirty else ''}"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--jobs", "-n", type=int, default=3000, help="jobs per phase")
@@ -726,11 +704,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.jobs < 1 or args.workers < 1 or args.rounds < 1:
         p.error("--jobs, --workers and --rounds must be at least 1")
     return args
-
-
-def _raise_on_sigterm(signum: int, _frame: Any) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up
-    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
@@ -752,7 +725,7 @@ def workspace(keep: bool) -> Iterator[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     versions: dict[str, str] = {
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,

@@ -33,12 +33,11 @@ format's rules run with each. ``ack_flush_interval = 0``: every ack is written b
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from time import monotonic
 
-from . import lifecycle
+from .bursts import BurstWriter
 from .exceptions import StoreError
 from .formats import DeliveryStore
 from .qos import PendingSettlements, Settlement
@@ -46,32 +45,21 @@ from .qos import PendingSettlements, Settlement
 logger = logging.getLogger(__name__)
 
 
-class AckBatcher:
+class AckBatcher(BurstWriter):
     """Holds acks and writes them in batches (see the module docstring)."""
+
+    thread_name = "kombu-sqlqueue-acks"
 
     def __init__(self, pending: PendingSettlements, interval: float, batch_size: int) -> None:
         self.pending = pending
-        self.interval = interval
         self.batch_size = batch_size
         #: Acks written in a batch of more than one (a measure of what batching saved).
         self.batched = 0
-        self._reset()
-        lifecycle.track_writer(self)
+        super().__init__(interval)
 
-    def forget_after_fork(self) -> None:
-        """In a forked child: the parent's held acks are the parent's to write."""
-        self._reset()
-
-    def _reset(self) -> None:
+    def _reset_held(self) -> None:
         self._held: list[Settlement] = []
-        self._last_write = float("-inf")
         self._delivering = 0  # delivery rounds under way (see delivering())
-        self._lock = threading.Lock()  # guards _held and _delivering
-        self._write_lock = threading.Lock()  # one batch at a time: acks keep their order
-        self._wake = threading.Event()
-        self._stop_event = threading.Event()  # set by stop(): a gathering wait ends at once
-        self._stopped = False
-        self._thread: threading.Thread | None = None
 
     @contextmanager
     def delivering(self) -> Iterator[None]:
@@ -95,8 +83,7 @@ class AckBatcher:
                 self._held.append(settlement)
                 full = len(self._held) >= self.batch_size
                 if not full:
-                    self._ensure_thread()
-                    self._wake.set()
+                    self._write_soon()
         if not batching:
             with self._write_lock:
                 self._last_write = monotonic()
@@ -143,33 +130,3 @@ class AckBatcher:
             for settlement in group:
                 if settlement.held.receipt not in acked:
                     self.pending.stale(settlement)
-
-    def _ensure_thread(self) -> None:
-        # Under _lock. Also (re)starts it in a forked child, whose threads did not survive.
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._thread = threading.Thread(target=self._loop, name="kombu-sqlqueue-acks", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopped:
-                return
-            # Gather what comes within one interval (or until the consumer's next claim
-            # writes them first), then write it.
-            self._stop_event.wait(self.interval)
-            try:
-                self.flush()
-            except Exception:  # the thread must outlive any one batch
-                logger.exception("writing held acks failed")
-
-    def stop(self) -> None:
-        """Write what is held, and write every later ack at once."""
-        with self._lock:
-            self._stopped = True
-        self._stop_event.set()
-        self._wake.set()
-        self.flush()
-        lifecycle.untrack_writer(self)

@@ -16,40 +16,26 @@ are in ``lifecycle.py``).
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from time import monotonic
 
-from . import lifecycle
+from .bursts import BurstWriter
 from .exceptions import StoreError
 from .store import JobContract, NewJob
 
 logger = logging.getLogger(__name__)
 
 
-class TransientWriter:
+class TransientWriter(BurstWriter):
     """Writes transient messages: at once when sporadic, in batches when in bursts."""
+
+    thread_name = "kombu-sqlqueue-transient"
 
     def __init__(self, store: JobContract, interval: float) -> None:
         self.store = store
-        self.interval = interval
-        self._reset()
-        lifecycle.track_writer(self)
+        super().__init__(interval)
 
-    def forget_after_fork(self) -> None:
-        """In a forked child: the parent's held messages are the parent's to write (a child
-        writing them too would duplicate them), and its locks may have been held by a
-        thread that does not exist here."""
-        self._reset()
-
-    def _reset(self) -> None:
+    def _reset_held(self) -> None:
         self._pending: list[NewJob] = []
-        self._last_write = float("-inf")
-        self._lock = threading.Lock()  # guards _pending and _last_write
-        self._write_lock = threading.Lock()  # one write at a time: publish order is kept
-        self._wake = threading.Event()
-        self._stopped = False
-        self._thread: threading.Thread | None = None
 
     def put(self, job: NewJob, *, hold: bool = False) -> None:
         """Store ``job`` now, or within ``interval`` seconds if one was stored just before
@@ -61,8 +47,7 @@ class TransientWriter:
                 self._last_write = now
             else:
                 self._pending.append(job)
-                self._ensure_thread()
-                self._wake.set()
+                self._write_soon()
                 return
         self.write_through(job)
 
@@ -103,30 +88,3 @@ class TransientWriter:
                     self.store.enqueue(job)
                 except Exception as exc:
                     logger.error("lost a transient message to queue %r: %s", job.queue, exc)
-
-    def _ensure_thread(self) -> None:
-        # Under _lock. Also (re)starts it in a forked child, whose threads did not survive.
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._thread = threading.Thread(
-            target=self._loop, name="kombu-sqlqueue-transient", daemon=True
-        )
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopped:
-                return
-            # Collect the burst for one interval, then write it in one statement.
-            time.sleep(self.interval)
-            self.flush()
-
-    def stop(self) -> None:
-        """Write what is held and stop holding (later messages are written at once)."""
-        with self._lock:
-            self._stopped = True
-        self._wake.set()
-        self.flush()
-        lifecycle.untrack_writer(self)

@@ -5,6 +5,8 @@ changing nothing, a refused batch kept and written later, the batch size a bound
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -47,17 +49,31 @@ def publish(conn: Connection, count: int) -> None:
         producer.publish({"n": n}, routing_key="acks", declare=[Queue("acks")])
 
 
+def recording_on(conn: Connection) -> Recording:
+    """Records the transport's ack statements from now on."""
+    recording = Recording(conn.transport.store)
+    conn.transport.store = recording
+    return recording
+
+
+@contextmanager
+def drained_acking(conn: Connection, count: int) -> Iterator[None]:
+    """One delivery round of ``count`` messages, each acked in its callback; the consumer
+    is still open in the ``with`` block."""
+
+    def on_message(_body: Any, message: Message) -> None:
+        message.ack()
+
+    with Consumer(conn, [Queue("acks")], callbacks=[on_message], prefetch_count=count):
+        conn.drain_events(timeout=5)
+        yield
+
+
 def test_the_acks_of_one_delivery_round_are_written_in_one_statement(url: str) -> None:
     with Connection(f"sqlqueue+{url}") as conn:
         publish(conn, 10)
-        recording = Recording(conn.transport.store)
-        conn.transport.store = recording
-
-        def on_message(_body: Any, message: Message) -> None:
-            message.ack()
-
-        with Consumer(conn, [Queue("acks")], callbacks=[on_message], prefetch_count=10):
-            conn.drain_events(timeout=5)
+        recording = recording_on(conn)
+        with drained_acking(conn, 10):
             # Written when drain_events returned: none left for another reader to see.
             assert recording.store.backlog("acks").total == 0
         assert recording.singles == []
@@ -153,14 +169,9 @@ def test_no_more_than_the_batch_size_is_ever_held(url: str) -> None:
 def test_with_no_flush_interval_every_ack_is_written_alone(url: str) -> None:
     with Connection(f"sqlqueue+{url}", transport_options={"ack_flush_interval": 0}) as conn:
         publish(conn, 3)
-        recording = Recording(conn.transport.store)
-        conn.transport.store = recording
-
-        def on_message(_body: Any, message: Message) -> None:
-            message.ack()
-
-        with Consumer(conn, [Queue("acks")], callbacks=[on_message], prefetch_count=3):
-            conn.drain_events(timeout=5)
+        recording = recording_on(conn)
+        with drained_acking(conn, 3):
+            pass
         assert recording.singles == [1, 2, 3] and recording.batches == []
 
 
