@@ -9,8 +9,9 @@ token, so a stale ack among them changes nothing and fails none of the others).
 An ack is held when it comes in a burst: made while ``drain_events`` delivers (the
 messages of one claim), or within ``ack_flush_interval`` seconds of the last ack written
 (a Celery worker's acks under load). A sporadic ack is written at once, before ``ack()``
-returns. What is held is written when ``drain_events`` returns, before the consumer's next
-claim, within ``ack_flush_interval`` seconds by the batcher's thread, when
+returns. What is held is written when ``drain_events`` returns, with the consumer's next
+claim (in the claim's own transaction, ``ack_many_and_claim``: one commit for both, the
+acks first), within ``ack_flush_interval`` seconds by the batcher's thread, when
 ``ack_batch_size`` are held, when the transport closes and when the interpreter exits —
 so a consumer that acks in its callbacks finds its acks written when ``drain_events``
 returns, as if each had been written alone; only another process may see a row for those
@@ -41,6 +42,7 @@ from .bursts import BurstWriter
 from .exceptions import StoreError
 from .formats import DeliveryStore
 from .qos import PendingSettlements, Settlement
+from .store import ClaimResult, JobContract, Receipt
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +102,39 @@ class AckBatcher(BurstWriter):
                 self._last_write = monotonic()
                 self._write(batch)
 
+    def flush_and_claim(
+        self,
+        store: JobContract,
+        queue: str,
+        n: int,
+        visibility: float,
+        max_attempts: int | None,
+    ) -> ClaimResult:
+        """Claim up to ``n`` jobs of ``queue`` from ``store`` (contract v1's), writing the
+        held acks first: ``store``'s in the claim's own transaction (one commit for both),
+        any other store's before it. The claim's errors are the caller's; acks it could
+        not write are kept (:class:`~.qos.PendingSettlements`), as a batch's are."""
+        with self._write_lock:
+            with self._lock:
+                batch, self._held = self._held, []
+            own = [s for s in batch if s.store is None or s.store is store]
+            if len(own) < len(batch):
+                self._write([s for s in batch if not (s.store is None or s.store is store)])
+            if not own or len(self.pending):
+                if own:  # the database refuses writes: behind those kept, in order
+                    self._write(own)
+                return store.claim(queue, n, visibility, max_attempts)
+            self._last_write = monotonic()
+            try:
+                acked, claimed = store.ack_many_and_claim(
+                    [s.held.receipt for s in own], queue, n, visibility, max_attempts
+                )
+            except StoreError as exc:
+                self.pending.keep(own, exc)  # written again from there; the claim failed
+                raise
+            self._settled(own, acked)
+        return claimed
+
     def __len__(self) -> int:
         return len(self._held)
 
@@ -125,8 +160,12 @@ class AckBatcher(BurstWriter):
                 for settlement in group:
                     self.pending.settle(settlement)
                 continue
-            if len(group) > 1:
-                self.batched += len(acked)
-            for settlement in group:
-                if settlement.held.receipt not in acked:
-                    self.pending.stale(settlement)
+            self._settled(group, acked)
+
+    def _settled(self, group: list[Settlement], acked: set[Receipt]) -> None:
+        """After a batch was written: ``acked`` of ``group`` held; the rest were stale."""
+        if len(group) > 1:
+            self.batched += len(acked)
+        for settlement in group:
+            if settlement.held.receipt not in acked:
+                self.pending.stale(settlement)

@@ -34,7 +34,7 @@ from .formats import DeliveryStore, QueueFormat, Undeliverable
 from .isolation import RedeliveryIsolation
 from .options import TransportOptions
 from .qos import Held, HeldDeliveries, QoS, Renewer
-from .store import ClaimedJob, Receipt
+from .store import ClaimedJob, JobContract, Receipt
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ class ConsumingTransport(Protocol):
     held: HeldDeliveries
     renewer: Renewer
     acks: AckBatcher
+    store: JobContract  # the transport's own table (contract v1's)
 
     @property
     def channels(self) -> Sequence[Any]: ...  # the channels, each with its .consumer
@@ -129,11 +130,17 @@ class ChannelConsumer:
         connection = self.transport
         limit = self.options.for_queue(queue).max_attempts
         store = connection.store_for(queue)
-        # The acks held since the last claim go first: the rows they free are settled, and
-        # a batch is written per claim when the consumer drains a backlog (acks.py).
-        connection.acks.flush()
+        visibility = self.options.visibility_timeout
         try:
-            claimed = store.claim(queue, n, self.options.visibility_timeout, limit)
+            if queue in connection.formats:
+                connection.acks.flush()  # the held acks first: the rows they free are settled
+                claimed = store.claim(queue, n, visibility, limit)
+            else:
+                # The held acks go first, in the claim's own transaction: a consumer
+                # draining a backlog pays one commit per round for both (acks.py).
+                claimed = connection.acks.flush_and_claim(
+                    connection.store, queue, n, visibility, limit
+                )
         except StoreConditionError as exc:
             connection.report_condition(exc)
             return []

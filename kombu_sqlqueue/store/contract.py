@@ -195,6 +195,18 @@ class JobContract(DeliveryStore, Protocol):
         ``window`` seconds ago; its id, or None when nothing was written."""
         ...
 
+    def ack_many_and_claim(
+        self,
+        receipts: Sequence[Receipt],
+        queue: str,
+        n: int,
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[set[Receipt], ClaimResult]:
+        """:meth:`ack_many` then :meth:`claim`, in one transaction (one commit): the acks
+        held since a consumer's last claim settled with its next. Returns (acked, claimed)."""
+        ...
+
     def ack_and_claim(
         self,
         receipt: Receipt,

@@ -413,6 +413,22 @@ class MemoryJobStore:
         with self._space.lock:
             return {r for r in set(receipts) if self._ack_in(r)}
 
+    def ack_many_and_claim(
+        self,
+        receipts: Sequence[Receipt],
+        queue: str,
+        n: int,
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[set[Receipt], ClaimResult]:
+        """:meth:`ack_many` then :meth:`claim`, at once."""
+        params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
+        with self._space.lock:
+            acked = {r for r in set(receipts) if self._ack_in(r)}
+            result = self._claim_in(params, max_attempts) if n > 0 else ClaimResult([])
+        result.log(logger, queue)
+        return acked, result
+
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
         return self._make_ready(receipt, delay, refund=False)

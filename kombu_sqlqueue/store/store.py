@@ -362,6 +362,44 @@ class JobStore(TableStore):
 
         return self._run(work, single=len(by_token) == 1 and self.q.ack_rows_in_one_statement)
 
+    def ack_many_and_claim(
+        self,
+        receipts: Sequence[Receipt],
+        queue: str,
+        n: int,
+        visibility: float,
+        max_attempts: int | None = None,
+    ) -> tuple[set[Receipt], ClaimResult]:
+        """:meth:`ack_many` then :meth:`claim`, in one transaction: a consumer draining a
+        backlog pays one commit for its last round's acks and its next round's claim.
+
+        The acks are written first, so the claim cannot meet a row they delete (each is a
+        statement of its own: within one statement, PostgreSQL leaves a row changed by two
+        of its parts undefined). Nothing ready (an empty peek, where the engine peeks
+        first): only the acks are written."""
+        if not receipts:
+            return set(), self.claim(queue, n, visibility, max_attempts)
+        params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
+        if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
+            return self.ack_many(receipts), ClaimResult([])
+        by_token: dict[str, list[int]] = {}
+        for r in receipts:
+            by_token.setdefault(r.token, []).append(r.job_id)
+
+        def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:
+            acked = {
+                Receipt(job_id, token)
+                for token, ids in by_token.items()
+                for job_id in self.q.ack_rows(tx, token, ids)
+            }
+            return acked, self._claim_in(tx, params, max_attempts)
+
+        acked, result = self._run(work)
+        result.log(logger, queue)
+        if result.jobs:
+            self.stop_waiting()
+        return acked, result
+
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""
         return self._make_ready(self.q.job_release, receipt, delay)

@@ -345,6 +345,38 @@ def test_ack_many_acks_only_what_is_held(
     assert store.ack_many([b, c.receipt]) == set()  # settled already: stale
 
 
+def test_ack_many_and_claim_settles_then_claims_at_once(
+    store: JobContract, taken_over: tuple[Receipt, Receipt]
+) -> None:
+    """A consumer's held acks and its next claim in one transaction: the acks fenced as
+    ``ack_many``'s (a stale one changes nothing and fails none of the others), the claim as
+    ``claim``'s (another's held row is not handed out)."""
+    a, b = taken_over
+    for n in range(3):
+        store.enqueue(job(payload=b"next-%d" % n))
+    c, d = store.claim("q", 2, 30).jobs
+    acked, claimed = store.ack_many_and_claim([a, c.receipt, d.receipt], "q", 5, 30)
+    assert acked == {c.receipt, d.receipt}
+    assert [j.payload for j in claimed.jobs] == [b"next-2"]  # b's row stays b's
+    assert store.get_job(c.id) is None and store.get_job(d.id) is None
+    assert store.get_job(a.job_id) is not None
+    (e,) = claimed.jobs
+    acked, claimed = store.ack_many_and_claim([e.receipt, b], "q", 5, 30)
+    assert acked == {e.receipt, b} and claimed.jobs == []  # empty queue: the acks still written
+    assert store.backlog("q").total == 0
+
+
+def test_ack_many_and_claim_never_hands_out_a_row_it_acks(store: JobContract, clock: Clock) -> None:
+    """A reservation that lapsed just before its ack: the row would be ready to the claim,
+    but the ack comes first and deletes it, so it is not handed out again."""
+    store.enqueue(job())
+    (j,) = store.claim("q", 1, 30).jobs
+    clock.advance(31)
+    acked, claimed = store.ack_many_and_claim([j.receipt], "q", 5, 30)
+    assert acked == {j.receipt} and claimed.jobs == []
+    assert store.get_job(j.id) is None
+
+
 def test_release_rearms_after_delay_and_keeps_attempts(store: JobContract, clock: Clock) -> None:
     store.enqueue(job())
     (j,) = store.claim("q", 1, 30).jobs

@@ -15,7 +15,7 @@ from kombu import Connection, Consumer, Message, Producer, Queue
 from kombu_sqlqueue.acks import AckBatcher
 from kombu_sqlqueue.exceptions import StoreFullError
 from kombu_sqlqueue.qos import Held, PendingSettlements, Settlement
-from kombu_sqlqueue.store import JobContract, MemoryJobStore, NewJob, Receipt
+from kombu_sqlqueue.store import ClaimResult, JobContract, MemoryJobStore, NewJob, Receipt
 
 
 class Recording:
@@ -26,6 +26,7 @@ class Recording:
         self.full = False
         self.singles: list[int] = []
         self.batches: list[list[int]] = []
+        self.with_claim: list[list[int]] = []  # acks written with a claim
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -41,6 +42,14 @@ class Recording:
             raise StoreFullError("database memory://x is full")
         self.batches.append([r.job_id for r in receipts])
         return self.store.ack_many(receipts)
+
+    def ack_many_and_claim(
+        self, receipts: list[Receipt], queue: str, n: int, visibility: float, limit: int | None
+    ) -> tuple[set[Receipt], ClaimResult]:
+        self.with_claim.append([r.job_id for r in receipts])  # tried, written or not
+        if self.full:
+            raise StoreFullError("database memory://x is full")
+        return self.store.ack_many_and_claim(receipts, queue, n, visibility, limit)
 
 
 def publish(conn: Connection, count: int) -> None:
@@ -99,6 +108,48 @@ def test_a_sporadic_ack_is_written_before_ack_returns(url: str) -> None:
             got[1].ack()  # just after another: held, written by the batcher's thread
             conn.transport.acks.flush()
             assert recording.store.backlog("acks").total == 0
+
+
+def test_acks_held_at_the_next_claim_are_written_in_its_transaction(url: str) -> None:
+    """Acks made outside a delivery round (a Celery worker's, as its tasks finish) and still
+    held when the consumer claims again are written by the claim's own transaction."""
+    got: list[Message] = []
+    with Connection(f"sqlqueue+{url}", transport_options={"ack_flush_interval": 60}) as conn:
+        publish(conn, 4)
+        recording = recording_on(conn)
+        with Consumer(
+            conn, [Queue("acks")], callbacks=[lambda _b, m: got.append(m)], prefetch_count=2
+        ):
+            conn.drain_events(timeout=5)
+            got[0].ack()  # sporadic: at once
+            got[1].ack()  # held
+            assert recording.singles == [1] and len(conn.transport.acks) == 1
+            conn.drain_events(timeout=5)  # claims 2 more, with the held ack
+            assert recording.with_claim == [[2]] and recording.batches == []
+            assert [m.payload["n"] for m in got] == [0, 1, 2, 3]
+            assert recording.store.backlog("acks").total == 2  # the two just claimed
+
+
+def test_acks_refused_with_their_claim_are_kept_and_written_later(url: str) -> None:
+    got: list[Message] = []
+    with Connection(f"sqlqueue+{url}", transport_options={"ack_flush_interval": 60}) as conn:
+        publish(conn, 3)
+        recording = recording_on(conn)
+        with Consumer(
+            conn, [Queue("acks")], callbacks=[lambda _b, m: got.append(m)], prefetch_count=2
+        ):
+            conn.drain_events(timeout=5)
+            got[0].ack()
+            got[1].ack()  # held
+            recording.full = True  # refuses acks (this store's claims alone still pass)
+            conn.drain_events(timeout=5)  # acks and claim refused; claimed again, alone
+            assert [m.payload["n"] for m in got] == [0, 1, 2]
+            assert recording.with_claim == [[2]] and len(conn.transport.pending) == 1
+            assert recording.store.backlog("acks").total == 2  # 2 (kept) and 3 (held)
+            recording.full = False
+            conn.transport.pending.retry()
+            assert len(conn.transport.pending) == 0
+            assert recording.store.backlog("acks").total == 1  # the last, held
 
 
 def claimed(store: MemoryJobStore, n: int) -> list[Held]:
