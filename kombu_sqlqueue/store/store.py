@@ -373,9 +373,9 @@ class JobStore(TableStore):
         """:meth:`ack_many` then :meth:`claim`, in one transaction: a consumer draining a
         backlog pays one commit for its last round's acks and its next round's claim.
 
-        The acks are written first, so the claim cannot meet a row they delete (each is a
-        statement of its own: within one statement, PostgreSQL leaves a row changed by two
-        of its parts undefined). Nothing ready (an empty peek, where the engine peeks
+        The acks are written first, so the claim cannot meet a row they delete; where the
+        engine makes both one statement (PostgreSQL, acks of one claim token), the claim
+        leaves the acked ids out. Nothing ready (an empty peek, where the engine peeks
         first): only the acks are written."""
         if not receipts:
             return set(), self.claim(queue, n, visibility, max_attempts)
@@ -385,16 +385,31 @@ class JobStore(TableStore):
         by_token: dict[str, list[int]] = {}
         for r in receipts:
             by_token.setdefault(r.token, []).append(r.job_id)
+        if len(by_token) == 1 and self.q.ack_and_claim_in_one_statement:
+            # One statement (one round trip); only rows that must not be handed out need
+            # a transaction after it, as in claim().
+            ((token, ids),) = by_token.items()
+            binds = params.binds()
+            acked_ids, rows = self._run(
+                lambda tx: self.q.ack_and_claim_rows(tx, token, ids, binds), single=True
+            )
+            acked = {Receipt(job_id, token) for job_id in acked_ids}
+            first = screen(rows, params.now, params.token, max_attempts)
+            if first.plain:
+                result = ClaimResult(first.jobs)
+            else:
+                result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, first))
+        else:
 
-        def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:
-            acked = {
-                Receipt(job_id, token)
-                for token, ids in by_token.items()
-                for job_id in self.q.ack_rows(tx, token, ids)
-            }
-            return acked, self._claim_in(tx, params, max_attempts)
+            def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:
+                acked = {
+                    Receipt(job_id, token)
+                    for token, ids in by_token.items()
+                    for job_id in self.q.ack_rows(tx, token, ids)
+                }
+                return acked, self._claim_in(tx, params, max_attempts)
 
-        acked, result = self._run(work)
+            acked, result = self._run(work)
         result.log(logger, queue)
         if result.jobs:
             self.stop_waiting()

@@ -32,8 +32,20 @@ def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "ack",  # acked in the callbacks: written when drain_events returns
+        "ack-after",  # acked after it returns: written with the next claim, one transaction
+    ],
+)
 def test_kill_9_while_acks_are_held_loses_nothing_and_repeats_at_most_a_batch(
-    spawn: Callable[..., Proc], broker_url: str, db_url: str, store: JobStore, tmp_path: Path
+    spawn: Callable[..., Proc],
+    broker_url: str,
+    db_url: str,
+    store: JobStore,
+    tmp_path: Path,
+    mode: str,
 ) -> None:
     producer = spawn("producer", producer_args(broker_url, QUEUE, JOBS, "k"))
     assert producer.wait(timeout=120) == 0, producer.output
@@ -42,7 +54,7 @@ def test_kill_9_while_acks_are_held_loses_nothing_and_repeats_at_most_a_batch(
         out = tmp_path / f"victim-{k}.txt"
         outs.append(out)
         victim = spawn(f"victim-{k}", consumer_args(
-            broker_url, QUEUE, "ack", "--prefetch", "32", "--visibility", "30", "--out", str(out),
+            broker_url, QUEUE, mode, "--prefetch", "32", "--visibility", "30", "--out", str(out),
         ))  # fmt: skip
         # Killed mid-stream: its acks are being held and written a round at a time.
         wait_until(lambda out=out: len(lines(out)) >= 300, 90, what=f"victim {k} consuming")
@@ -52,7 +64,7 @@ def test_kill_9_while_acks_are_held_loses_nothing_and_repeats_at_most_a_batch(
     final_out, stop = tmp_path / "final.txt", tmp_path / "stop"
     outs.append(final_out)
     final = spawn("final", consumer_args(
-        broker_url, QUEUE, "ack", "--prefetch", "32", "--visibility", "30",
+        broker_url, QUEUE, mode, "--prefetch", "32", "--visibility", "30",
         "--out", str(final_out), "--stop-file", str(stop),
     ))  # fmt: skip
 

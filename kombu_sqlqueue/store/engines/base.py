@@ -580,6 +580,17 @@ class Queries(LayoutPrimitives):
         found = tx.execute_bound(self.job_ack_many_returning.bindparams(token=token, ids=ids))
         return [int(r[0]) for r in found.fetchall()]
 
+    #: ``ack_and_claim_rows`` is one statement (a consumer's held acks of one claim token
+    #: and its next claim run alone: one round trip, one commit).
+    ack_and_claim_in_one_statement: ClassVar[bool] = False
+
+    def ack_and_claim_rows(
+        self, tx: Tx, token: str, ids: Sequence[int], params: dict[str, Any]
+    ) -> tuple[list[int], list[ClaimedRow]]:
+        """:meth:`ack_rows` then :meth:`claim_rows` (the acks first: the claim cannot meet
+        a row they delete); the acked ids and the claimed rows."""
+        return self.ack_rows(tx, token, ids), self.claim_rows(tx, params)
+
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""

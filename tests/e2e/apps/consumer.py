@@ -37,7 +37,10 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--broker", required=True)
     p.add_argument("--queue", required=True)
-    p.add_argument("--mode", choices=("hold", "ack", "die"), required=True)
+    # ack-after: each message is recorded in its callback and acked after drain_events
+    # returns (as a Celery worker's acks come: outside the delivery round), so the acks are
+    # held and written with the next claim.
+    p.add_argument("--mode", choices=("hold", "ack", "ack-after", "die"), required=True)
     p.add_argument("--visibility", type=float, default=2.0)
     p.add_argument("--max-attempts", type=int, default=None)
     p.add_argument("--prefetch", type=int, default=1)
@@ -79,12 +82,15 @@ def main() -> int:
         )
         if args.mode == "die":
             os._exit(1)
-        if args.mode == "ack":
+        if args.mode in ("ack", "ack-after"):
             assert out is not None
             time.sleep(args.sleep)
             out.write(f"{body['id']}\n")
             out.flush()
-            message.ack()
+            if args.mode == "ack":
+                message.ack()
+            else:
+                received.append(message)
         else:
             received.append(message)
 
@@ -113,6 +119,10 @@ def main() -> int:
                             return 0
                     if args.mode == "hold" and received:
                         break
+                    if args.mode == "ack-after":
+                        for message in received:
+                            message.ack()
+                        received.clear()
                 message = received[0]
                 assert args.ack_file
                 while not os.path.exists(args.ack_file):
