@@ -184,8 +184,17 @@ class SQLiteEngine(BaseEngine):
         return engine
 
     def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None:
-        # No round trips to save in-process: always a real transaction.
-        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        # One statement (a publish, an ack, an empty-queue peek) is its own transaction:
+        # SQLite runs a lone statement atomically, and a writing one takes the write lock
+        # when it starts, as BEGIN IMMEDIATE would (a single statement cannot read first
+        # and upgrade later, the deadlock IMMEDIATE exists to avoid). It saves two calls
+        # into SQLite per message: a publish is a quarter cheaper in CPU.
+        if not single:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def commit(self, conn: Any, cursor: Any, single: bool) -> None:
+        if not single:
+            cursor.execute("COMMIT")
 
     def rollback(self, conn: Any, cursor: Any, single: bool) -> None:
         if conn.in_transaction:
