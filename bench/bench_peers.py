@@ -4,9 +4,14 @@ Usage::
 
     python bench/bench_peers.py [--jobs 3000] [--workers 4] [--rounds 3] [--json out.json]
     python bench/bench_peers.py --systems sqlqueue huey --phases e2e --rounds 5
+    python bench/bench_peers.py --engine postgresql
+    python bench/bench_peers.py --engine postgresql --systems sqlqueue-pg pgqueuer
 
-Systems (SQLite for now; each is one :class:`System` in ``SYSTEMS``, so PostgreSQL peers —
-procrastinate, pgqueuer, Kombu's ``pgmq://`` — are more entries with the same methods):
+``--engine sqlite`` (the default) or ``postgresql``; ``--systems`` defaults to every system
+of the engine, and the ratios are ours (``sqlqueue`` / ``sqlqueue-pg``) to each peer's.
+Each system is one :class:`System` in ``SYSTEMS``.
+
+SQLite systems:
 
 * ``sqlqueue`` — this transport at the Kombu level:
   ``Connection("sqlqueue+sqlite:///…/q.db", transport_options={"sqlite_synchronous":
@@ -29,15 +34,73 @@ procrastinate, pgqueuer, Kombu's ``pgmq://`` — are more entries with the same 
   Huey deletes a task from its table when a worker takes it (a crash while it runs loses
   it); ours acks after the job ran. That is a guarantee, not part of what is measured.
 
+PostgreSQL (``--engine postgresql``): the run starts its own throwaway server with
+``tests/servers.py`` (the tests' and bench_scale's: Debian's binaries, ``initdb
+--no-sync`` — which only skips initdb's own flush —, 127.0.0.1, trust auth,
+``max_connections=200``, ``shared_buffers=128MB``, all else PostgreSQL's defaults:
+``fsync=on``, ``synchronous_commit=on``, ``wal_sync_method=fdatasync``,
+``full_page_writes=on``; the run prints what the server reports) in a temp dir on the
+machine's disk, and stops it at the end. Every cell gets a fresh database (``CREATE
+DATABASE bench_r<R>_<system>_<phase>``, the drain phase reuses the enqueue phase's),
+dropped after use. Every system commits each enqueue and each job's completion with
+``synchronous_commit=on``; every table is logged (none UNLOGGED). Systems:
+
+* ``sqlqueue-pg`` — this transport, the same producer and worker code as ``sqlqueue``
+  (:class:`KombuSystem`) with
+  ``Connection("sqlqueue+postgresql+psycopg://postgres@127.0.0.1:P/<db>")`` and every
+  transport option at its default.
+* ``pgqueuer`` — pgqueuer (its schema by ``Queries.install()``, what ``pgq install`` runs;
+  durability ``durable``, its default: every table logged), through its asyncpg driver
+  (``pgqueuer[asyncpg]``: the driver of its README, the one ``pgq`` tries first; its
+  psycopg driver's LISTEN watcher holds the shared connection's lock until a NOTIFY or
+  1 s, which stalled a drain ~1 s). The producer is one ``asyncpg`` connection and
+  ``await Queries.enqueue("bench_record", payload)`` once per job (one INSERT, its own
+  transaction; pgqueuer's trigger NOTIFYs). Each of the W worker processes runs
+  ``pgqueuer.run(factory)`` — what ``pgq run module:factory`` runs: pgqueuer's supervisor,
+  SIGINT/SIGTERM for a graceful stop, on pgq's own event loop (uvloop, installed with
+  pgqueuer) — where the factory opens one asyncpg connection and yields a ``QueueManager``
+  with one ``async`` entrypoint (pgqueuer takes no sync ones) that runs the job. A
+  ``QueueManager``, not a ``PgQueuer``: the latter adds a ``SchedulerManager`` that polls
+  the schedule table every second, for no schedule here. Every run option is pgq run's
+  default: ``batch_size=10`` (a worker dequeues up to 10 jobs per query and runs them as
+  concurrent asyncio tasks), ``dequeue_timeout=30 s`` (an idle worker wakes on NOTIFY),
+  ``heartbeat_timeout=30 s``, no ``max_concurrent_tasks``. A job leaves the queue table
+  (moved to ``pgqueuer_log``) when its worker's status buffer flushes: every 10 jobs or
+  ~0.1 s.
+* ``procrastinate`` — ``App(connector=PsycopgConnector(conninfo=…))``, its schema by
+  ``app.schema_manager.apply_schema()``, one ``async`` task (procrastinate runs a sync one
+  in a thread per job) that runs the job. The producer opens the app synchronously
+  (procrastinate's sync psycopg pool) and calls ``task.defer(job=…)`` once per job (one
+  committed ``procrastinate_defer_jobs_v1`` call each). The workers are W processes, each
+  what ``procrastinate worker`` runs (``async with app.open_async():
+  await app.run_worker_async()``) with every worker option at its default:
+  ``concurrency=1``, ``listen_notify=True``, ``fetch_job_polling_interval=5 s``,
+  ``delete_jobs="never"`` (a job's row stays, status ``succeeded``). W processes of one
+  job at a time, not one process with ``concurrency=W``: so each of the W workers is a
+  process that runs one job at a time, as the Kombu workers (prefetch aside) and huey's
+  are, and the W of them use every core.
+* ``pgmq-kombu`` — Kombu's own ``pgmq://`` transport, the same producer and worker code
+  as ``sqlqueue-pg`` with ``Connection("pgmq://postgres@127.0.0.1:P/<db>",
+  transport_options={"init_extension": False})``. PGMQ is installed SQL-only by the
+  ``pgmq`` client's ``install_pgmq_from_sql()`` (its bundled pgmq.sql; this server has
+  no pgmq extension, so the transport must not run ``CREATE EXTENSION`` on connect, its
+  default: the one option set). Every other option is the transport's default: it reads
+  at most 10 messages per poll (whatever the prefetch), with ``read_with_poll`` (PGMQ's
+  server-side poll, every 100 ms, for up to the 2 s drain_events timeout), visibility
+  timeout 1800 s; an ack deletes the message.
+
 Phases (``--jobs N`` per phase, ``--workers W``), each on a fresh database:
 
 1. ``enqueue`` — one producer process enqueues N jobs, one transaction each, no workers
    running. Rate = N / (last enqueue returned − first enqueue started).
 2. ``drain`` — the N jobs from phase 1 are waiting; W workers start, each reports ready
-   (connected, consuming — huey's from its ``on_startup`` hook, ours after entering the
-   ``Consumer``) and waits; when all W are ready they are released together. Rate = N /
-   (last job run − release), so process start-up is excluded for both (``wall_seconds``
-   in the JSON includes it).
+   (connected, consuming — huey's from its ``on_startup`` hook, the Kombu ones after
+   entering the ``Consumer``, pgqueuer's once its ``QueueManager.run`` has checked the
+   schema — ``verify_structure``, wrapped —, procrastinate's once its ``Worker.run`` has
+   registered the worker — ``job_manager.register_worker``, wrapped) and waits; when all
+   W are ready they are released together. Rate = N / (last job run − release), so
+   process start-up is excluded for all (``wall_seconds`` in the JSON includes it; what
+   little start-up is left, LISTEN and the like, shows in ``first_job_latency``).
 3. ``e2e`` — W workers running and idle (released, then ``--idle`` seconds, default 1,
    of empty polls: each system's own idle back-off applies), one producer process
    enqueues N jobs. Rate = N / (last job run − first enqueue). ``first_job_latency`` in
@@ -52,8 +115,12 @@ Exactly once: every job carries its id (0..N−1). The job body appends one fixe
 line (id, time) to a file of its own process (one ``write`` syscall, no fsync; the same
 function for every system). After each phase the workers are stopped and the files read:
 every id must have run exactly once and nothing may be left waiting, else the run fails
-(exit 1). The enqueue phase checks that N jobs are waiting. A job's "run" time is that
-line's: for ours the ack follows it, for huey the delete of the task's revoke key does.
+(exit 1). The enqueue phase checks that N jobs are waiting ("waiting": ours and
+pgmq-kombu, the queue's message count; huey, ``pending_count()``; pgqueuer, every row of
+its queue table by ``Queries.queue_size()``; procrastinate, every job whose status is not
+``succeeded``). A job's "run" time is that line's: for the Kombu ones the ack follows it,
+for huey the delete of the task's revoke key, for procrastinate the job's status update,
+for pgqueuer the buffered move to its log table (see above).
 
 Every wait is bounded (``--timeout``; a run that exceeds it fails with what was done);
 every process and the temp dir are removed on exit, error or SIGTERM.
@@ -62,8 +129,10 @@ every process and the temp dir are removed on exit, error or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import logging
 import multiprocessing as mp
@@ -78,7 +147,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import ForkContext
 from multiprocessing.process import BaseProcess
@@ -90,7 +159,6 @@ from bench_common import code_version, raise_on_sigterm
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("enqueue", "drain", "e2e")
-OURS = "sqlqueue"
 QUEUE = "bench_peers"
 PAYLOAD = "x" * 64
 START_TIMEOUT = 60.0  # seconds for processes to connect and report ready
@@ -255,6 +323,59 @@ def stop_processes(procs: list[BaseProcess], grace: float = STOP_GRACE) -> None:
             LIVE.remove(p)
 
 
+# -- PostgreSQL: one throwaway server per run, one database per cell --------------------------
+
+#: The throwaway PostgreSQL server (tests/servers.py) when ``--engine postgresql``; forked
+#: processes inherit it. Only the harness process stops it.
+PG: Any = None
+
+
+def start_postgresql() -> Any:
+    """Start a throwaway server with ``tests/servers.py`` (as the tests and bench_scale do)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    try:
+        servers = importlib.import_module("servers")
+    finally:
+        sys.path.remove(str(HERE.parent / "tests"))
+    return servers.start_postgresql()
+
+
+def pg_settings() -> dict[str, str]:
+    """The server settings that decide what a commit costs (printed and in the JSON)."""
+    import psycopg
+
+    names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method", "full_page_writes")
+    with psycopg.connect(PG.url("postgres")) as conn:
+        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
+
+
+def database_name(cell_dir: Path) -> str:
+    """The cell's database: ``r1-sqlqueue-pg-enqueue`` → ``bench_r1_sqlqueue_pg_enqueue``."""
+    return "bench_" + "".join(c if c.isalnum() else "_" for c in cell_dir.name.lower())
+
+
+def fresh_database(cell_dir: Path) -> str:
+    """Create the cell's empty database; its libpq URL ``postgresql://postgres@127.0.0.1:P/D``."""
+    return str(PG.create_database(database_name(cell_dir)))
+
+
+def drop_database(cell_dir: Path) -> None:
+    """Drop the cell's database, if any (its clients are gone; FORCE ends any left)."""
+    import psycopg
+
+    with psycopg.connect(PG.url("postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database_name(cell_dir)} WITH (FORCE)")
+
+
+def count(where: str, sql: str) -> int:
+    """One ``SELECT count(*) …`` on the database at ``where`` (a libpq URL)."""
+    import psycopg
+
+    with psycopg.connect(where) as conn:
+        row = conn.execute(sql).fetchone()
+        return int(row[0]) if row else 0
+
+
 # -- the systems ----------------------------------------------------------------------------
 
 
@@ -267,12 +388,13 @@ class System:
     """
 
     name: ClassVar[str]
+    engine: ClassVar[str]  # "sqlite" or "postgresql"
 
     def versions(self) -> dict[str, str]:
         raise NotImplementedError
 
     def prepare(self, cell_dir: Path) -> str:
-        """A fresh, empty queue under ``cell_dir`` (tables created); returns its locator."""
+        """A fresh, empty queue for ``cell_dir`` (tables created); returns its locator."""
         raise NotImplementedError
 
     def produce(self, where: str, n: int, gate: Gate, stamps: Stamps) -> None:
@@ -294,27 +416,36 @@ class System:
         stop_processes(procs)
 
 
+def interrupt_and_stop(procs: list[BaseProcess], gate: Gate) -> None:
+    """SIGINT (a system's own graceful stop, Ctrl-C), then ``stop_processes``."""
+    gate.stop.set()
+    for p in procs:
+        if p.is_alive() and p.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGINT)
+    stop_processes(procs)
+
+
 def _entities() -> tuple[Any, Any]:
     exchange = KOMBU.Exchange(QUEUE, type="direct", durable=True)
     return exchange, KOMBU.Queue(QUEUE, exchange=exchange, routing_key=QUEUE, durable=True)
 
 
-class SqlQueue(System):
-    """This transport, through Kombu's public API."""
+class KombuSystem(System):
+    """A Kombu transport through Kombu's public API: the subclasses differ only in the URL
+    (``url``) and the transport options."""
 
-    name = "sqlqueue"
-    options: ClassVar[dict[str, Any]] = {"sqlite_synchronous": "FULL"}
+    options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, prefetch: int = 32) -> None:
         self.prefetch = prefetch
 
-    def versions(self) -> dict[str, str]:
-        from kombu_sqlqueue import _version
-
-        return {"kombu": str(kombu.__version__), "kombu_sqlqueue": _version.__version__}
+    def url(self, cell_dir: Path) -> str:
+        """The Kombu URL of a fresh, empty store for ``cell_dir``."""
+        raise NotImplementedError
 
     def prepare(self, cell_dir: Path) -> str:
-        url = f"sqlqueue+sqlite:///{cell_dir / 'q.db'}"
+        url = self.url(cell_dir)
         with KOMBU.Connection(url, transport_options=self.options) as conn:
             channel = conn.channel()
             _entities()[1].bind(channel).declare()
@@ -374,11 +505,62 @@ class SqlQueue(System):
                 if not gate.go.wait(START_TIMEOUT * 2):
                     return
                 while not gate.stop.is_set():
-                    # Celery's loop for this transport calls drain_events(timeout=2.0).
+                    # Celery's loop for these transports calls drain_events(timeout=2.0).
                     with contextlib.suppress(socket.timeout, TimeoutError):
                         conn.drain_events(timeout=2.0)
             with contextlib.suppress(Exception):
                 channel.close()
+
+
+class SqlQueue(KombuSystem):
+    """This transport on SQLite."""
+
+    name = "sqlqueue"
+    engine = "sqlite"
+    options: ClassVar[dict[str, Any]] = {"sqlite_synchronous": "FULL"}
+
+    def versions(self) -> dict[str, str]:
+        from kombu_sqlqueue import _version
+
+        return {"kombu": str(kombu.__version__), "kombu_sqlqueue": _version.__version__}
+
+    def url(self, cell_dir: Path) -> str:
+        return f"sqlqueue+sqlite:///{cell_dir / 'q.db'}"
+
+
+class SqlQueuePg(SqlQueue):
+    """This transport on PostgreSQL (psycopg 3), every transport option at its default."""
+
+    name = "sqlqueue-pg"
+    engine = "postgresql"
+    options: ClassVar[dict[str, Any]] = {}
+
+    def url(self, cell_dir: Path) -> str:
+        libpq = fresh_database(cell_dir)  # postgresql://…
+        return "sqlqueue+postgresql+psycopg://" + libpq.removeprefix("postgresql://")
+
+
+class PgmqKombu(KombuSystem):
+    """Kombu's own ``pgmq://`` transport over PGMQ installed as plain SQL."""
+
+    name = "pgmq-kombu"
+    engine = "postgresql"
+    # The schema is installed SQL-only (no extension on this server): the transport must not
+    # run CREATE EXTENSION pgmq on connect, its default.
+    options: ClassVar[dict[str, Any]] = {"init_extension": False}
+
+    def versions(self) -> dict[str, str]:
+        install = importlib.import_module("pgmq.install")
+        return {
+            "kombu": str(kombu.__version__),
+            "pgmq-py": importlib.metadata.version("pgmq"),
+            "pgmq-sql": str(install.get_embedded_sql_version()),
+        }
+
+    def url(self, cell_dir: Path) -> str:
+        libpq = fresh_database(cell_dir)
+        importlib.import_module("pgmq.install").install_pgmq_from_sql(dsn=libpq)
+        return "pgmq://" + libpq.removeprefix("postgresql://")
 
 
 def _huey() -> Any:
@@ -390,6 +572,7 @@ class HueySqlite(System):
     """huey's SqliteHuey, and huey's own consumer with process workers."""
 
     name = "huey"
+    engine = "sqlite"
 
     def versions(self) -> dict[str, str]:
         return {"huey": str(_huey().__version__)}
@@ -455,15 +638,203 @@ class HueySqlite(System):
         app.create_consumer(workers=workers, worker_type="process").run()
 
     def stop_workers(self, procs: list[BaseProcess], gate: Gate) -> None:
-        gate.stop.set()
-        for p in procs:  # SIGINT: huey's graceful stop (Ctrl-C)
-            if p.is_alive() and p.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGINT)
-        stop_processes(procs)
+        interrupt_and_stop(procs, gate)  # SIGINT: huey's graceful stop (Ctrl-C)
 
 
-SYSTEMS: dict[str, type[System]] = {SqlQueue.name: SqlQueue, HueySqlite.name: HueySqlite}
+def _pgqueuer() -> Any:
+    """pgqueuer, imported when used (through Any, as huey)."""
+    return importlib.import_module("pgqueuer")
+
+
+class PgQueuer(System):
+    """pgqueuer: ``Queries.enqueue`` per job, W processes each running ``pgq run``'s loop."""
+
+    name = "pgqueuer"
+    engine = "postgresql"
+    ENTRYPOINT = "bench_record"
+
+    def versions(self) -> dict[str, str]:
+        asyncpg = importlib.import_module("asyncpg")
+        return {"pgqueuer": str(_pgqueuer().__version__), "asyncpg": str(asyncpg.__version__)}
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _queries(where: str) -> AsyncIterator[Any]:
+        """pgqueuer's ``Queries`` over one asyncpg connection: the driver of its README and
+        the one ``pgq`` tries first. (Its psycopg driver shares the connection with its
+        LISTEN watcher, which holds the connection's lock until a NOTIFY comes or 1 s
+        passes: with no enqueue to NOTIFY, a drain stalled ~1 s.)"""
+        conn = await importlib.import_module("asyncpg").connect(where)
+        try:
+            yield _pgqueuer().Queries.from_asyncpg_connection(conn)
+        finally:
+            await conn.close()
+
+    def prepare(self, cell_dir: Path) -> str:
+        where = fresh_database(cell_dir)
+
+        async def install() -> None:  # what `pgq install` runs (durability "durable": logged)
+            async with self._queries(where) as queries:
+                await queries.install()
+
+        asyncio.run(install())
+        return where
+
+    def produce(self, where: str, n: int, gate: Gate, stamps: Stamps) -> None:
+        async def enqueue_all() -> None:
+            async with self._queries(where) as queries:
+                enqueue = queries.enqueue
+                gate.ready.release()
+                if not gate.go.wait(START_TIMEOUT * 2):  # nothing else runs on this loop
+                    return
+                stamps.started.value = time.time()
+                for i in range(n):
+                    await enqueue(self.ENTRYPOINT, json.dumps(body(i)).encode())
+                stamps.finished.value = time.time()
+
+        asyncio.run(enqueue_all())
+
+    def pending(self, where: str) -> int:
+        async def size() -> int:  # every row of its queue table: queued or picked
+            async with self._queries(where) as queries:
+                stats = await queries.queue_size()
+                return sum(int(s.count) for s in stats)
+
+        return asyncio.run(size())
+
+    def start_workers(
+        self, ctx: ForkContext, where: str, workers: int, done_dir: Path, gate: Gate
+    ) -> list[BaseProcess]:
+        return [
+            start(ctx, f"worker-{self.name}-{k}", self._worker, where, str(done_dir), gate)
+            for k in range(workers)
+        ]
+
+    def _worker(self, where: str, done_dir: str, gate: Gate) -> None:
+        pgq = _pgqueuer()
+
+        @contextlib.asynccontextmanager
+        async def factory() -> Any:  # what a `pgq run module:factory` user writes
+            async with self._queries(where) as queries:
+                qm = pgq.QueueManager(queries)
+
+                @qm.entrypoint(self.ENTRYPOINT)
+                async def bench_record(job: Any) -> None:  # pgqueuer takes async ones only
+                    record(done_dir, int(json.loads(job.payload)["i"]))
+
+                verify = qm.verify_structure
+
+                async def verify_then_ready() -> None:  # the first thing QueueManager.run does
+                    await verify()
+                    gate.ready.release()
+                    await asyncio.to_thread(gate.go.wait, START_TIMEOUT * 2)
+
+                qm.verify_structure = verify_then_ready
+                yield qm
+
+        # `pgq run`: its supervisor (SIGINT/SIGTERM = graceful stop) on its own event loop
+        # (uvloop when installed), every run option at its default.
+        cli = importlib.import_module("pgqueuer.adapters.cli.cli")
+        cli.asyncio_run(pgq.run(factory))
+
+    def stop_workers(self, procs: list[BaseProcess], gate: Gate) -> None:
+        interrupt_and_stop(procs, gate)
+
+
+def _procrastinate() -> Any:
+    """procrastinate, imported when used (through Any, as huey)."""
+    return importlib.import_module("procrastinate")
+
+
+class Procrastinate(System):
+    """procrastinate: ``task.defer`` per job, W ``procrastinate worker`` processes."""
+
+    name = "procrastinate"
+    engine = "postgresql"
+
+    def versions(self) -> dict[str, str]:
+        return {"procrastinate": str(_procrastinate().__version__)}
+
+    @staticmethod
+    def make(where: str, done_dir: str | None = None) -> tuple[Any, Any]:
+        """The App (PsycopgConnector, defaults) and its task."""
+        pro = _procrastinate()
+        # Its one warning, per process: an App made in ``__main__`` cannot be found by
+        # ``procrastinate --app``. None of that is used here (the task has a fixed name).
+        logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+        app = pro.App(connector=pro.PsycopgConnector(conninfo=where))
+
+        async def bench_record(job: dict[str, Any]) -> None:  # async: no thread hop per job
+            if done_dir is not None:
+                record(done_dir, int(job["i"]))
+
+        return app, app.task(name="bench_record")(bench_record)
+
+    def prepare(self, cell_dir: Path) -> str:
+        where = fresh_database(cell_dir)
+        app, _ = self.make(where)
+        with app.open():
+            app.schema_manager.apply_schema()
+        return where
+
+    def produce(self, where: str, n: int, gate: Gate, stamps: Stamps) -> None:
+        app, task = self.make(where)
+        with app.open():  # the synchronous connector: one committed INSERT per defer
+            defer = task.defer
+            gate.ready.release()
+            if not gate.go.wait(START_TIMEOUT * 2):
+                return
+            stamps.started.value = time.time()
+            for i in range(n):
+                defer(job=body(i))
+            stamps.finished.value = time.time()
+
+    def pending(self, where: str) -> int:
+        # Jobs not yet succeeded (todo, doing, failed …): workers keep succeeded ones
+        # (delete_jobs="never", the default).
+        return count(where, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
+
+    def start_workers(
+        self, ctx: ForkContext, where: str, workers: int, done_dir: Path, gate: Gate
+    ) -> list[BaseProcess]:
+        return [
+            start(ctx, f"worker-{self.name}-{k}", self._worker, where, str(done_dir), gate)
+            for k in range(workers)
+        ]
+
+    def _worker(self, where: str, done_dir: str, gate: Gate) -> None:
+        app, _ = self.make(where, done_dir)
+
+        register = app.job_manager.register_worker
+
+        async def register_then_ready() -> Any:  # Worker.run's start-up, before its loop
+            worker_id = await register()
+            gate.ready.release()
+            await asyncio.to_thread(gate.go.wait, START_TIMEOUT * 2)
+            return worker_id
+
+        app.job_manager.register_worker = register_then_ready
+
+        async def work() -> None:  # `procrastinate worker`: open the app, run one worker
+            async with app.open_async():
+                await app.run_worker_async()  # every option at its default (concurrency 1)
+
+        asyncio.run(work())
+
+    def stop_workers(self, procs: list[BaseProcess], gate: Gate) -> None:
+        interrupt_and_stop(procs, gate)  # SIGINT: procrastinate's graceful stop
+
+
+SYSTEMS: dict[str, type[System]] = {
+    s.name: s for s in (SqlQueue, HueySqlite, SqlQueuePg, PgQueuer, Procrastinate, PgmqKombu)
+}
+#: Ours, per engine: the ratios are ours / each peer's.
+OURS = {"sqlite": SqlQueue.name, "postgresql": SqlQueuePg.name}
+ENGINES = tuple(OURS)
+
+
+def engine_systems(engine: str) -> list[str]:
+    return [name for name, cls in SYSTEMS.items() if cls.engine == engine]
 
 
 # -- the phases -----------------------------------------------------------------------------
@@ -597,7 +968,8 @@ def run_e2e(
 def run_rounds(args: argparse.Namespace, workdir: Path) -> list[Cell]:
     ctx = mp.get_context("fork")  # kombu and the drivers already imported: fast starts
     systems: list[System] = [
-        SqlQueue(args.prefetch) if name == OURS else SYSTEMS[name]() for name in args.systems
+        cls(args.prefetch) if issubclass(cls, KombuSystem) else cls()
+        for cls in (SYSTEMS[name] for name in args.systems)
     ]
     cells: list[Cell] = []
     for rnd in range(1, args.rounds + 1):
@@ -613,7 +985,7 @@ def run_rounds(args: argparse.Namespace, workdir: Path) -> list[Cell]:
                 cell_dir.mkdir()
                 done_dir = cell_dir / "done"
                 done_dir.mkdir()
-                print(f"  {phase:<8} {system.name:<9} ...", end=" ", flush=True)
+                print(f"  {phase:<8} {system.name:<13} ...", end=" ", flush=True)
                 cell.extra["load"] = os.getloadavg()[0]
                 if phase == "enqueue":
                     wheres[system.name] = system.prepare(cell_dir)
@@ -630,14 +1002,18 @@ def run_rounds(args: argparse.Namespace, workdir: Path) -> list[Cell]:
                 cells.append(cell)
                 print(f"{cell.rate:8,.0f} jobs/s ({cell.seconds:.2f} s)", flush=True)
                 if phase != "enqueue" and not args.keep:
-                    # the drain phase's database is the enqueue phase's directory
-                    shutil.rmtree(cell_dir, ignore_errors=True)
+                    # the drain phase's database is the enqueue phase's
+                    done = [cell_dir]
                     if phase == "drain":
-                        shutil.rmtree(workdir / f"r{rnd}-{system.name}-enqueue", True)
+                        done.append(workdir / f"r{rnd}-{system.name}-enqueue")
+                    for path in done:
+                        shutil.rmtree(path, ignore_errors=True)
+                        if system.engine == "postgresql":
+                            drop_database(path)
     return cells
 
 
-def summarize(cells: list[Cell], systems: list[str]) -> dict[str, Any]:
+def summarize(cells: list[Cell], systems: list[str], ours: str) -> dict[str, Any]:
     """Per phase: each system's rates by round and median, and ours/peer ratios."""
     out: dict[str, Any] = {}
     for phase in PHASES:
@@ -646,20 +1022,20 @@ def summarize(cells: list[Cell], systems: list[str]) -> dict[str, Any]:
             continue
         medians = {s: statistics.median(r) for s, r in rates.items() if r}
         entry: dict[str, Any] = {"rates": rates, "median": medians, "ratio": {}}
-        if OURS in medians:
+        if ours in medians:
             for peer in medians:
-                if peer == OURS:
+                if peer == ours:
                     continue
-                per_round = [a / b for a, b in zip(rates[OURS], rates[peer], strict=True)]
+                per_round = [a / b for a, b in zip(rates[ours], rates[peer], strict=True)]
                 entry["ratio"][peer] = {
-                    "of_medians": medians[OURS] / medians[peer],
+                    "of_medians": medians[ours] / medians[peer],
                     "per_round": per_round,
                 }
         out[phase] = entry
     return out
 
 
-def print_summary(summary: dict[str, Any], rounds: int) -> None:
+def print_summary(summary: dict[str, Any], rounds: int, ours: str) -> None:
     headers = ["phase (jobs/s)", "system", *(f"round {r}" for r in range(1, rounds + 1))]
     headers.append("median")
     rows: list[list[str]] = []
@@ -672,7 +1048,7 @@ def print_summary(summary: dict[str, Any], rounds: int) -> None:
             rows.append(
                 [
                     "",
-                    f"{OURS}/{peer}",
+                    f"{ours}/{peer}",
                     *(f"{r:.2f}x" for r in ratio["per_round"]),
                     f"{ratio['of_medians']:.2f}x",
                 ]
@@ -696,13 +1072,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--idle", type=float, default=1.0, help="seconds e2e workers idle before the first job"
     )
     p.add_argument("--timeout", type=float, default=120.0, help="bound on each wait, seconds")
-    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="sqlite",
+        help="the database every system runs on (postgresql: a throwaway server)",
+    )
+    p.add_argument(
+        "--systems",
+        nargs="+",
+        choices=list(SYSTEMS),
+        help="default: every system of the engine: "
+        + "; ".join(f"{e}: {' '.join(engine_systems(e))}" for e in ENGINES),
+    )
     p.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
     p.add_argument("--json", type=Path, help="also write every number here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (for debugging)")
     args = p.parse_args(argv)
     if args.jobs < 1 or args.workers < 1 or args.rounds < 1:
         p.error("--jobs, --workers and --rounds must be at least 1")
+    if args.systems is None:
+        args.systems = engine_systems(args.engine)
+    elif other := [s for s in args.systems if SYSTEMS[s].engine != args.engine]:
+        p.error(
+            f"--systems {' '.join(other)}: not on --engine {args.engine} "
+            f"(its systems: {' '.join(engine_systems(args.engine))})"
+        )
     return args
 
 
@@ -723,33 +1118,57 @@ def workspace(keep: bool) -> Iterator[Path]:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def database_server(engine: str) -> Iterator[dict[str, str]]:
+    """With postgresql, a throwaway server (``PG``) for the run; yields its settings."""
+    global PG
+    if engine != "postgresql":
+        yield {}
+        return
+    try:
+        PG = start_postgresql()
+    except (RuntimeError, OSError) as exc:  # servers.ServerUnavailable is a RuntimeError
+        raise BenchError(f"no PostgreSQL server: {exc}") from exc
+    try:
+        yield pg_settings()
+    finally:
+        PG.stop()
+        PG = None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, raise_on_sigterm)
-    versions: dict[str, str] = {
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "code": code_version(),
-    }
+    versions: dict[str, str] = {"python": platform.python_version(), "code": code_version()}
+    if args.engine == "sqlite":
+        versions["sqlite"] = sqlite3.sqlite_version
     for name in args.systems:
         versions.update(SYSTEMS[name]().versions())
     machine = f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}"
-    print(
-        f"machine: {machine}\nversions: "
-        + "  ".join(f"{k} {v}" for k, v in versions.items())
-        + f"\nN={args.jobs} jobs/phase, W={args.workers} workers, prefetch {args.prefetch}, "
-        f"{args.rounds} rounds, SQLite WAL + synchronous=FULL for all",
-        flush=True,
-    )
     started = time.perf_counter()
+    settings: dict[str, str] = {}
     try:
-        with workspace(args.keep) as workdir:
+        # the server outlives the workspace: every process is stopped before it is
+        with database_server(args.engine) as settings, workspace(args.keep) as workdir:
+            if settings:
+                versions["postgresql"] = settings.pop("server_version")
+                storage = "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())
+            else:
+                storage = "SQLite WAL + synchronous=FULL"
+            print(
+                f"machine: {machine}\nversions: "
+                + "  ".join(f"{k} {v}" for k, v in versions.items())
+                + f"\nN={args.jobs} jobs/phase, W={args.workers} workers, prefetch "
+                f"{args.prefetch}, {args.rounds} rounds, {storage} for all",
+                flush=True,
+            )
             cells = run_rounds(args, workdir)
     except BenchError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr, flush=True)
         return 1
-    summary = summarize(cells, args.systems)
-    print_summary(summary, args.rounds)
+    ours = OURS[args.engine]
+    summary = summarize(cells, args.systems, ours)
+    print_summary(summary, args.rounds, ours)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         args.json.write_text(
@@ -758,6 +1177,7 @@ def main(argv: list[str] | None = None) -> int:
                     "machine": machine,
                     "cores": os.cpu_count(),
                     "versions": versions,
+                    "postgresql_settings": settings,
                     "args": {
                         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     },
