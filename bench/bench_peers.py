@@ -122,6 +122,16 @@ its queue table by ``Queries.queue_size()``; procrastinate, every job whose stat
 for huey the delete of the task's revoke key, for procrastinate the job's status update,
 for pgqueuer the buffered move to its log table (see above).
 
+What a job costs, per cell (medians per phase and system printed after the rates; every
+cell's in the JSON): **client CPU** — user + system time of the cell's processes (the
+producer, the workers and the processes they start and reap), from ``os.times()``'s
+children fields around the cell, per job; on PostgreSQL also **server CPU** — every server
+process's time from ``/proc`` (live ones, and the backends the postmaster reaped) —,
+**statements** — ``pg_stat_statements`` calls in the cell's database, utility statements
+(``BEGIN``, ``COMMIT``, ``LISTEN``) included; the extension is preloaded at the server's
+start — and **commits** (``pg_stat_database.xact_commit``), per job. On SQLite the database
+runs in the clients, so its work is in their CPU.
+
 Every wait is bounded (``--timeout``; a run that exceeds it fails with what was done);
 every process and the temp dir are removed on exit, error or SIGTERM.
 """
@@ -349,6 +359,18 @@ def pg_settings() -> dict[str, str]:
         return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}
 
 
+def count_statements() -> None:
+    """Load pg_stat_statements (a restart: it must be preloaded) to count each cell's
+    statements; it ships with Debian's server package."""
+    import psycopg
+
+    with psycopg.connect(PG.url("postgres"), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    PG.restart()
+    with psycopg.connect(PG.url("postgres"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
 def database_name(cell_dir: Path) -> str:
     """The cell's database: ``r1-sqlqueue-pg-enqueue`` → ``bench_r1_sqlqueue_pg_enqueue``."""
     return "bench_" + "".join(c if c.isalnum() else "_" for c in cell_dir.name.lower())
@@ -374,6 +396,87 @@ def count(where: str, sql: str) -> int:
     with psycopg.connect(where) as conn:
         row = conn.execute(sql).fetchone()
         return int(row[0]) if row else 0
+
+
+# -- what a job costs: client and server CPU, statements and commits ------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children (producers, workers, and what they
+    reaped: huey's and pgqueuer's own worker processes)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def server_cpu() -> float:
+    """CPU seconds the PostgreSQL server has used: its live processes (postmaster, the
+    background writers, backends) and the backends that exited (the postmaster's reaped
+    children). Read from /proc."""
+    root = PG.proc.pid
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if pid == root:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        elif ppid == root:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def statements_and_commits(database: str) -> tuple[int, int]:
+    """Statements run in ``database`` (pg_stat_statements, utility statements included:
+    BEGIN, COMMIT, LISTEN) and its committed transactions (pg_stat_database)."""
+    import psycopg
+
+    with psycopg.connect(PG.url("postgres"), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s"
+            "         WHERE s.dbid = d.datid),"
+            "       d.xact_commit FROM pg_stat_database d WHERE d.datname = %s",
+            (database,),
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+@dataclass
+class Costs:
+    """What a cell's jobs cost, read before and after it (see :func:`measured`)."""
+
+    client_cpu: float
+    server_cpu: float = 0.0
+    statements: int = 0
+    commits: int = 0
+
+
+def read_costs(system: System, where: str) -> Costs:
+    if system.engine != "postgresql":
+        return Costs(children_cpu())  # SQLite: the database is the clients' own CPU
+    statements, commits = statements_and_commits(where.rsplit("/", 1)[1])
+    return Costs(children_cpu(), server_cpu(), statements, commits)
+
+
+@contextlib.contextmanager
+def measured(system: System, where: str, cell: Cell) -> Iterator[None]:
+    """Per job of ``cell``: client CPU (µs), and on PostgreSQL server CPU (µs), statements
+    and commits, into ``cell.extra``. Backends flush their statistics when they exit, as
+    every process of the cell has when this reads them again."""
+    before = read_costs(system, where)
+    yield
+    after = read_costs(system, where)
+    n = cell.jobs
+    cell.extra["client_cpu_us"] = (after.client_cpu - before.client_cpu) / n * 1e6
+    if system.engine == "postgresql":
+        cell.extra["server_cpu_us"] = (after.server_cpu - before.server_cpu) / n * 1e6
+        # Less this harness's own reading of them (one statement pair, one commit, each).
+        cell.extra["statements"] = (after.statements - before.statements - 2) / n
+        cell.extra["commits"] = (after.commits - before.commits - 1) / n
 
 
 # -- the systems ----------------------------------------------------------------------------
@@ -988,17 +1091,20 @@ def run_rounds(args: argparse.Namespace, workdir: Path) -> list[Cell]:
                 print(f"  {phase:<8} {system.name:<13} ...", end=" ", flush=True)
                 cell.extra["load"] = os.getloadavg()[0]
                 if phase == "enqueue":
-                    wheres[system.name] = system.prepare(cell_dir)
-                    run_enqueue(ctx, system, wheres[system.name], cell, args.timeout)
+                    where = wheres[system.name] = system.prepare(cell_dir)
+                    with measured(system, where, cell):
+                        run_enqueue(ctx, system, where, cell, args.timeout)
                 elif phase == "drain":
                     where = wheres.pop(system.name, None)
                     if where is None:  # enqueue phase skipped: fill the queue, untimed
                         where = system.prepare(cell_dir)
                         run_enqueue(ctx, system, where, Cell("", "", 0, args.jobs, 0), args.timeout)
-                    run_drain(ctx, system, where, cell, done_dir, args.timeout)
+                    with measured(system, where, cell):
+                        run_drain(ctx, system, where, cell, done_dir, args.timeout)
                 else:
                     where = system.prepare(cell_dir)
-                    run_e2e(ctx, system, where, cell, done_dir, args.timeout, args.idle)
+                    with measured(system, where, cell):
+                        run_e2e(ctx, system, where, cell, done_dir, args.timeout, args.idle)
                 cells.append(cell)
                 print(f"{cell.rate:8,.0f} jobs/s ({cell.seconds:.2f} s)", flush=True)
                 if phase != "enqueue" and not args.keep:
@@ -1031,8 +1137,42 @@ def summarize(cells: list[Cell], systems: list[str], ours: str) -> dict[str, Any
                     "of_medians": medians[ours] / medians[peer],
                     "per_round": per_round,
                 }
+        entry["per_job"] = {
+            s: {
+                metric: statistics.median(values)
+                for metric in COST_METRICS
+                if (values := [c.extra[metric] for c in of_system if metric in c.extra])
+            }
+            for s in systems
+            if (of_system := [c for c in cells if c.phase == phase and c.system == s])
+        }
         out[phase] = entry
     return out
+
+
+#: What :func:`measured` records per job, and how it is printed.
+COST_METRICS = {
+    "client_cpu_us": "client CPU µs",
+    "server_cpu_us": "server CPU µs",
+    "statements": "statements",
+    "commits": "commits",
+}
+
+
+def print_costs(summary: dict[str, Any]) -> None:
+    """Per phase and system, the medians of what a job cost."""
+    print("\nper job (medians)")
+    header = ["phase", "system", *COST_METRICS.values()]
+    rows = [
+        [phase, system, *(f"{costs[m]:,.2f}" if m in costs else "-" for m in COST_METRICS)]
+        for phase, entry in summary.items()
+        for system, costs in entry["per_job"].items()
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    print(fmt.format(*header))
+    for row in rows:
+        print(fmt.format(*row))
 
 
 def print_summary(summary: dict[str, Any], rounds: int, ours: str) -> None:
@@ -1130,6 +1270,7 @@ def database_server(engine: str) -> Iterator[dict[str, str]]:
     except (RuntimeError, OSError) as exc:  # servers.ServerUnavailable is a RuntimeError
         raise BenchError(f"no PostgreSQL server: {exc}") from exc
     try:
+        count_statements()
         yield pg_settings()
     finally:
         PG.stop()
@@ -1169,6 +1310,7 @@ def main(argv: list[str] | None = None) -> int:
     ours = OURS[args.engine]
     summary = summarize(cells, args.systems, ours)
     print_summary(summary, args.rounds, ours)
+    print_costs(summary)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         args.json.write_text(

@@ -120,20 +120,22 @@ class AckBatcher(BurstWriter):
             own = [s for s in batch if s.store is None or s.store is store]
             if len(own) < len(batch):
                 self._write([s for s in batch if not (s.store is None or s.store is store)])
-            if not own or len(self.pending):
-                if own:  # the database refuses writes: behind those kept, in order
-                    self._write(own)
-                return store.claim(queue, n, visibility, max_attempts)
-            self._last_write = monotonic()
-            try:
-                acked, claimed = store.ack_many_and_claim(
-                    [s.held.receipt for s in own], queue, n, visibility, max_attempts
-                )
-            except StoreError as exc:
-                self.pending.keep(own, exc)  # written again from there; the claim failed
-                raise
-            self._settled(own, acked)
-        return claimed
+            combined = bool(own) and not len(self.pending)
+            if combined:
+                self._last_write = monotonic()
+                try:
+                    acked, claimed = store.ack_many_and_claim(
+                        [s.held.receipt for s in own], queue, n, visibility, max_attempts
+                    )
+                except StoreError as exc:
+                    self.pending.keep(own, exc)  # written again from there; the claim failed
+                    raise
+                self._settled(own, acked)
+                return claimed
+            if own:  # the database refuses writes: behind those kept, in order
+                self._write(own)
+        # Nothing to write with it: a claim alone, which other threads' acks need not wait for.
+        return store.claim(queue, n, visibility, max_attempts)
 
     def __len__(self) -> int:
         return len(self._held)
