@@ -283,6 +283,42 @@ def test_concurrent_claimers_never_share_a_job(db_url: str) -> None:
     assert len(seen) == 400 and len(set(seen)) == 400
 
 
+def test_concurrent_claimers_settling_with_their_claims_never_share_a_job(db_url: str) -> None:
+    """Each claimer acks its last batch with its next claim (ack_many_and_claim: one
+    statement on PostgreSQL): no job is handed out twice, every ack lands, the table ends
+    empty."""
+    seed = open_store(db_url)
+    seed.enqueue_many([job(payload=b"%d" % i) for i in range(400)])
+    seen: list[int] = []
+    acked: list[int] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        s = open_store(db_url)
+        held: list[Receipt] = []
+        try:
+            while True:
+                done, claimed = s.ack_many_and_claim(held, "q", 7, 60)
+                held = [j.receipt for j in claimed.jobs]
+                with lock:
+                    seen.extend(j.id for j in claimed.jobs)
+                    acked.extend(r.job_id for r in done)
+                if not held:
+                    return
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(seen) == 400 and len(set(seen)) == 400
+    assert sorted(acked) == sorted(seen)
+    assert seed.backlog("q").total == 0
+    seed.close()
+
+
 # -- settlements and fencing ---------------------------------------------------------
 
 
