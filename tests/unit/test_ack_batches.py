@@ -85,9 +85,37 @@ def test_the_acks_of_one_delivery_round_are_written_in_one_statement(url: str) -
         with drained_acking(conn, 10):
             # Written when drain_events returned: none left for another reader to see.
             assert recording.store.backlog("acks").total == 0
-        assert recording.singles == []
-        assert len(recording.batches) == 1 and sorted(recording.batches[0]) == list(range(1, 11))
+        # With the next round's claim, which found the queue empty.
+        assert recording.singles == [] and recording.batches == []
+        assert len(recording.with_claim) == 1
+        assert sorted(recording.with_claim[0]) == list(range(1, 11))
         assert conn.transport.acks.batched == 10
+
+
+def test_a_consumer_that_acks_is_handed_round_after_round_each_claim_writing_its_acks(
+    url: str,
+) -> None:
+    """Prefetch 1, acked in the callback: one drain_events delivers the backlog a round at a
+    time, each round's claim writing the acks of the round before (one write per message,
+    not two), and returns with every ack written."""
+    with Connection(f"sqlqueue+{url}") as conn:
+        publish(conn, 5)
+        recording = recording_on(conn)
+        with drained_acking(conn, 1):
+            assert recording.store.backlog("acks").total == 0
+        assert recording.with_claim == [[1], [2], [3], [4], [5]]
+        assert recording.singles == [] and recording.batches == []
+
+
+def test_a_consumer_that_holds_its_messages_is_handed_one_round(url: str) -> None:
+    got: list[Message] = []
+    with Connection(f"sqlqueue+{url}") as conn:
+        publish(conn, 5)
+        with Consumer(
+            conn, [Queue("acks")], callbacks=[lambda _b, m: got.append(m)], prefetch_count=2
+        ):
+            conn.drain_events(timeout=5)
+            assert len(got) == 2  # no room freed: no second round
 
 
 def test_a_sporadic_ack_is_written_before_ack_returns(url: str) -> None:
