@@ -130,6 +130,12 @@ class AckBatcher(BurstWriter):
                 except StoreError as exc:
                     self.pending.keep(own, exc)  # written again from there; the claim failed
                     raise
+                except BaseException:
+                    # Not the database refusing (a claim refused before any statement, an
+                    # interrupt): the acks may be unwritten, so they are written on their
+                    # own (a second write of a written one is stale, and changes nothing).
+                    self._write(own)
+                    raise
                 self._settled(own, acked)
                 return claimed
             if own:  # the database refuses writes: behind those kept, in order

@@ -20,6 +20,7 @@ from typing import Any, Self
 
 import sqlalchemy as sa
 
+from ..exceptions import StoreError
 from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
@@ -398,7 +399,21 @@ class JobStore(TableStore):
             if first.plain:
                 result = ClaimResult(first.jobs)
             else:
-                result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, first))
+                try:
+                    result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, first))
+                except StoreError as exc:
+                    # The acks and the claim are committed: raising would have the caller
+                    # keep acks already written. The rows that must not be handed out stay
+                    # reserved by this claim and are screened again once it lapses.
+                    logger.warning(
+                        "claim on queue %r: could not settle %d row(s) past their attempts "
+                        "or time to live (%s); they are screened again when their "
+                        "reservation lapses",
+                        queue,
+                        len(first.exhausted) + len(first.past_ttl),
+                        exc,
+                    )
+                    result = ClaimResult(first.jobs)
         else:
 
             def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:

@@ -13,7 +13,7 @@ import pytest
 from kombu import Connection, Consumer, Message, Producer, Queue
 
 from kombu_sqlqueue.acks import AckBatcher
-from kombu_sqlqueue.exceptions import StoreFullError
+from kombu_sqlqueue.exceptions import InvalidQueueName, StoreFullError
 from kombu_sqlqueue.qos import Held, PendingSettlements, Settlement
 from kombu_sqlqueue.store import ClaimResult, JobContract, MemoryJobStore, NewJob, Receipt
 
@@ -192,6 +192,21 @@ def ack(held: Held) -> Settlement:
 def batcher_on(recording: Recording, batch_size: int = 64) -> AckBatcher:
     store: JobContract = recording  # type: ignore[assignment]
     return AckBatcher(PendingSettlements(store), interval=60.0, batch_size=batch_size)
+
+
+def test_held_acks_are_written_when_their_claim_fails_before_the_database(url: str) -> None:
+    """A claim refused before any statement (here a queue name the store rejects) must not
+    take the acks held for it along: they are written on their own, and the error goes on."""
+    store = MemoryJobStore(url)
+    recording = Recording(store)
+    held = claimed(store, 2)
+    batcher = batcher_on(recording)
+    with batcher.delivering():
+        for h in held:
+            batcher.ack(ack(h))
+        with pytest.raises(InvalidQueueName):
+            batcher.flush_and_claim(recording, "no spaces allowed " * 20, 1, 30, None)  # type: ignore[arg-type]
+    assert store.backlog("q").total == 0 and len(batcher) == 0
 
 
 def test_a_stale_ack_in_a_batch_changes_nothing_and_fails_none_of_the_others(

@@ -90,7 +90,11 @@ _CLAIM_PICKED = """
                  SELECT id, lapsed FROM (SELECT * FROM fresh UNION ALL SELECT * FROM lapsed)
                      AS ready
                   ORDER BY priority DESC, available_at, id LIMIT :n)"""
-_NOT_ACKED = "AND id <> ALL(CAST(:ack_ids AS BIGINT[]))"
+# The acked ids are left out; and the claim's candidates wait for the DELETE to finish (an
+# uncorrelated subquery on it: run once, before the scan hands a row to FOR UPDATE), so the
+# statement takes its claim's row locks only after its acks' — the order of the
+# multi-statement path, which cannot deadlock with a renewal or another consumer's takeover.
+_NOT_ACKED = "AND id <> ALL(CAST(:ack_ids AS BIGINT[])) AND (SELECT count(*) FROM acked) >= 0"
 _CLAIM_RESERVE = """
         UPDATE askr_jobs AS j
            SET reserved_until = :until, attempts = j.attempts + 1, reserved_token = :token,
