@@ -117,9 +117,13 @@ class AckBatcher(BurstWriter):
         with self._write_lock:
             with self._lock:
                 batch, self._held = self._held, []
-            own = [s for s in batch if s.store is None or s.store is store]
-            if len(own) < len(batch):
-                self._write([s for s in batch if not (s.store is None or s.store is store)])
+            own: list[Settlement] = []
+            others: list[Settlement] = []
+            for settlement in batch:
+                mine = settlement.store is None or settlement.store is store
+                (own if mine else others).append(settlement)
+            if others:
+                self._write(others)
             combined = bool(own) and not len(self.pending)
             if combined:
                 self._last_write = monotonic()

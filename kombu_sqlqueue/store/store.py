@@ -348,20 +348,21 @@ class JobStore(TableStore):
     def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
         """Ack several deliveries in one transaction, each fenced by its own reservation;
         return those that were still held (one statement per claim token among them)."""
-        by_token: dict[str, list[int]] = {}
-        for r in receipts:
-            by_token.setdefault(r.token, []).append(r.job_id)
+        by_token = ids_by_token(receipts)
         if not by_token:
             return set()
+        return self._run(
+            lambda tx: self._ack_rows_in(tx, by_token),
+            single=len(by_token) == 1 and self.q.ack_rows_in_one_statement,
+        )
 
-        def work(tx: Tx) -> set[Receipt]:
-            return {
-                Receipt(job_id, token)
-                for token, ids in by_token.items()
-                for job_id in self.q.ack_rows(tx, token, ids)
-            }
-
-        return self._run(work, single=len(by_token) == 1 and self.q.ack_rows_in_one_statement)
+    def _ack_rows_in(self, tx: Tx, by_token: dict[str, list[int]]) -> set[Receipt]:
+        """Delete the rows each token still holds (one statement per token); those acked."""
+        return {
+            Receipt(job_id, token)
+            for token, ids in by_token.items()
+            for job_id in self.q.ack_rows(tx, token, ids)
+        }
 
     def ack_many_and_claim(
         self,
@@ -383,9 +384,7 @@ class JobStore(TableStore):
         params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
         if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
             return self.ack_many(receipts), ClaimResult([])
-        by_token: dict[str, list[int]] = {}
-        for r in receipts:
-            by_token.setdefault(r.token, []).append(r.job_id)
+        by_token = ids_by_token(receipts)
         if len(by_token) == 1 and self.q.ack_and_claim_in_one_statement:
             # One statement (one round trip); only rows that must not be handed out need
             # a transaction after it, as in claim().
@@ -417,12 +416,7 @@ class JobStore(TableStore):
         else:
 
             def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:
-                acked = {
-                    Receipt(job_id, token)
-                    for token, ids in by_token.items()
-                    for job_id in self.q.ack_rows(tx, token, ids)
-                }
-                return acked, self._claim_in(tx, params, max_attempts)
+                return self._ack_rows_in(tx, by_token), self._claim_in(tx, params, max_attempts)
 
             acked, result = self._run(work)
         result.log(logger, queue)
@@ -636,3 +630,11 @@ class JobStore(TableStore):
         """Close every pooled connection (and the wake-up listener)."""
         self._waits.close()
         super().close()
+
+
+def ids_by_token(receipts: Sequence[Receipt]) -> dict[str, list[int]]:
+    """Receipts grouped by claim token (each token's rows are acked by one statement)."""
+    by_token: dict[str, list[int]] = {}
+    for r in receipts:
+        by_token.setdefault(r.token, []).append(r.job_id)
+    return by_token

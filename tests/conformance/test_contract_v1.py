@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -256,21 +256,15 @@ def test_empty_queue_is_an_answer_not_an_error(store: JobContract) -> None:
     assert store.claim("nothing-here", 5, 30).jobs == []
 
 
-def test_concurrent_claimers_never_share_a_job(db_url: str) -> None:
+def race_claimers(db_url: str, drain: Callable[[JobContract], None], jobs: int = 400) -> None:
+    """Seed ``jobs`` jobs on queue q, then run ``drain`` on 6 stores of their own at once."""
     seed = open_store(db_url)
-    seed.enqueue_many([job(payload=b"%d" % i) for i in range(400)])
-    seen: list[int] = []
-    lock = threading.Lock()
+    seed.enqueue_many([job(payload=b"%d" % i) for i in range(jobs)])
 
     def claimer() -> None:
         s = open_store(db_url)
         try:
-            while True:
-                got = s.claim("q", 7, 60).jobs
-                if not got:
-                    return
-                with lock:
-                    seen.extend(j.id for j in got)
+            drain(s)
         finally:
             s.close()
 
@@ -280,6 +274,18 @@ def test_concurrent_claimers_never_share_a_job(db_url: str) -> None:
     for t in threads:
         t.join(60)
     seed.close()
+
+
+def test_concurrent_claimers_never_share_a_job(db_url: str) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def drain(s: JobContract) -> None:
+        while got := s.claim("q", 7, 60).jobs:
+            with lock:
+                seen.extend(j.id for j in got)
+
+    race_claimers(db_url, drain)
     assert len(seen) == 400 and len(set(seen)) == 400
 
 
@@ -287,36 +293,29 @@ def test_concurrent_claimers_settling_with_their_claims_never_share_a_job(db_url
     """Each claimer acks its last batch with its next claim (ack_many_and_claim: one
     statement on PostgreSQL): no job is handed out twice, every ack lands, the table ends
     empty."""
-    seed = open_store(db_url)
-    seed.enqueue_many([job(payload=b"%d" % i) for i in range(400)])
     seen: list[int] = []
     acked: list[int] = []
     lock = threading.Lock()
 
-    def claimer() -> None:
-        s = open_store(db_url)
+    def drain(s: JobContract) -> None:
         held: list[Receipt] = []
-        try:
-            while True:
-                done, claimed = s.ack_many_and_claim(held, "q", 7, 60)
-                held = [j.receipt for j in claimed.jobs]
-                with lock:
-                    seen.extend(j.id for j in claimed.jobs)
-                    acked.extend(r.job_id for r in done)
-                if not held:
-                    return
-        finally:
-            s.close()
+        while True:
+            done, claimed = s.ack_many_and_claim(held, "q", 7, 60)
+            held = [j.receipt for j in claimed.jobs]
+            with lock:
+                seen.extend(j.id for j in claimed.jobs)
+                acked.extend(r.job_id for r in done)
+            if not held:
+                return
 
-    threads = [threading.Thread(target=claimer) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race_claimers(db_url, drain)
     assert len(seen) == 400 and len(set(seen)) == 400
     assert sorted(acked) == sorted(seen)
-    assert seed.backlog("q").total == 0
-    seed.close()
+    store = open_store(db_url)
+    try:
+        assert store.backlog("q").total == 0
+    finally:
+        store.close()
 
 
 # -- settlements and fencing ---------------------------------------------------------
