@@ -110,26 +110,28 @@ class Server:
         time.sleep(0.3)
 
 
-def start_postgresql() -> Server:
+def _postgresql_bindir() -> Path:
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not bins:
         raise ServerUnavailable("PostgreSQL is not installed (apt-get install postgresql)")
-    bindir = Path(bins[-1]).parent
-    root = Path(tempfile.mkdtemp(prefix="sqlqueue-pg-"))
-    data = root / "data"
+    return Path(bins[-1]).parent
+
+
+def _postgresql_root(prefix: str) -> tuple[Path, str | None]:
+    """A new server directory, and the user to run as (PostgreSQL refuses root)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
+        return root, "postgres"
+    return root, None
+
+
+def _run_postgresql(bindir: Path, root: Path, user: str | None) -> Server:
+    """Start ``postgres`` on ``root/data`` and a free port (no wrapper process)."""
     log = root / "server.log"
-    # As root, run as the postgres user (PostgreSQL refuses root), with no wrapper process.
-    user = "postgres" if os.geteuid() == 0 else None
-    subprocess.run(
-        [str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-         "--auth=trust", "-E", "UTF8", "--no-sync"],
-        check=True, capture_output=True, timeout=120, user=user, group=user,
-    )  # fmt: skip
     port = free_port()
     cmd = [
-        str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+        str(bindir / "postgres"), "-D", str(root / "data"), "-p", str(port),
         "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
         "-c", "max_connections=200", "-c", "shared_buffers=128MB",
     ]  # fmt: skip
@@ -139,6 +141,32 @@ def start_postgresql() -> Server:
     time.sleep(0.3)  # accepting TCP slightly before it accepts logins
     admin = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     return Server("postgresql", port, root, proc, admin, user=user)
+
+
+def start_postgresql() -> Server:
+    bindir = _postgresql_bindir()
+    root, user = _postgresql_root("sqlqueue-pg-")
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", str(root / "data"), "-U", "postgres",
+         "--auth=trust", "-E", "UTF8", "--no-sync"],
+        check=True, capture_output=True, timeout=120, user=user, group=user,
+    )  # fmt: skip
+    return _run_postgresql(bindir, root, user)
+
+
+def start_postgresql_standby(primary: Server) -> Server:
+    """A streaming standby of ``primary`` (``pg_basebackup -R``), promotable with
+    ``SELECT pg_promote()``; the primary's default ``pg_hba.conf`` trusts replication
+    from 127.0.0.1."""
+    bindir = _postgresql_bindir()
+    root, user = _postgresql_root("sqlqueue-pg-standby-")
+    subprocess.run(
+        [str(bindir / "pg_basebackup"), "-D", str(root / "data"), "-h", "127.0.0.1",
+         "-p", str(primary.port), "-U", "postgres", "-R", "-X", "stream", "-c", "fast",
+         "--no-sync"],
+        check=True, capture_output=True, timeout=120, user=user, group=user,
+    )  # fmt: skip
+    return _run_postgresql(bindir, root, user)
 
 
 def start_mariadb() -> Server:

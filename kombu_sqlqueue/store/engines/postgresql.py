@@ -268,7 +268,7 @@ class PostgreSQLEngine(ServerEngine):
         yield
 
     def listener(self, url: URL) -> Listener | None:
-        return PgListener(url)
+        return PgListener(libpq_conninfo(url))
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
         engine = sa.create_engine(url, pool_size=4, max_overflow=-1, pool_pre_ping=False)
@@ -315,6 +315,23 @@ def turn_key(queues: Collection[str]) -> int:
     names = "\0".join(sorted(queues)).encode()
     digest = hashlib.blake2b(names, digest_size=8, person=b"askr-turn").digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def libpq_conninfo(url: URL) -> str:
+    """The libpq connection string that reaches where the engine's connections do.
+
+    Built by SQLAlchemy's own psycopg dialect, as it builds the engine's: a multi-host
+    URL's repeated ``host=h:p`` parameters become ``host=h1,h2 port=p1,p2`` (libpq read
+    as a URI keeps only the last ``host`` and takes ``h:p`` for a host name), and
+    ``service=``, a unix socket directory and libpq's query parameters
+    (``target_session_attrs``, ``sslmode``…) pass through unchanged, so after a failover
+    the listener follows the new primary as the engine does."""
+    from psycopg.conninfo import make_conninfo
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    dialect: Any = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # untyped upstream
+    _args, params = dialect.create_connect_args(url)
+    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 
 class _Session:
@@ -419,8 +436,9 @@ class PgListener(Listener):
     it is back.
     """
 
-    def __init__(self, url: URL) -> None:
-        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    def __init__(self, conninfo: str) -> None:
+        #: Where to connect: :func:`libpq_conninfo` of the store's URL.
+        self._conninfo = conninfo
         #: The connection that takes turns for the shared queues.
         self._turn: _Session | None = None
         #: The connection that LISTENs on the private queues.
