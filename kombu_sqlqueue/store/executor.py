@@ -72,6 +72,7 @@ class ConnectionHooks(Protocol):
     connection and run a transaction on it, and what a driver error means."""
 
     def prepare_connection(self, conn: Any) -> None: ...
+    def make_room(self, conn: Any, cursor: Any) -> None: ...
     def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None: ...
     def commit(self, conn: Any, cursor: Any, single: bool) -> None: ...
     def rollback(self, conn: Any, cursor: Any, single: bool) -> None: ...
@@ -391,6 +392,8 @@ class Executor:
             ):
                 self._discard(conn)
             else:
+                if isinstance(exc, StoreFullError):
+                    self._make_room(fairy, cursor)
                 self._checkin(conn)
             raise
         except Exception:
@@ -403,6 +406,14 @@ class Executor:
             raise
         self._checkin(conn)
         return result
+
+    def _make_room(self, fairy: Any, cursor: Any) -> None:
+        """After a full disk refused a write: the engine frees what it can (SQLite: its WAL),
+        so the space an operator frees is enough for the writes to go on."""
+        try:
+            self.engine.make_room(fairy, cursor)
+        except Exception:  # still no room: the refused write's error is the one to raise
+            logger.debug("making room after a full disk failed", exc_info=True)
 
     def _rollback_quietly(self, fairy: Any, cursor: Any, single: bool) -> None:
         try:

@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,6 +130,12 @@ def test_an_ack_refused_by_a_full_disk_is_kept_and_written_once_there_is_room(
                       accept=["json"]):  # fmt: skip
             conn.drain_events(timeout=5)
             assert len(got) == 1
+            # The WAL's write position at its end (the store copied the WAL into the file
+            # at its first write, and SQLite's own checkpoint waits for 1,000 pages): the
+            # ack must grow the WAL, not reuse it.
+            Producer(conn.channel(), routing_key="pad").publish(
+                {"pad": "x" * 256 * 1024}, serializer="json"
+            )
             free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
             ballast.write_bytes(b"\0" * free)  # every byte: not even a journal fits
             caplog.set_level(logging.WARNING, logger="kombu_sqlqueue")
@@ -147,7 +154,7 @@ def test_an_ack_refused_by_a_full_disk_is_kept_and_written_once_there_is_room(
             assert len(got) == 1 and len(conn.transport.pending) == 0
             assert any("settling deliveries again" in r.getMessage() for r in caplog.records)
     with sqlite3.connect(db) as check:
-        assert check.execute("SELECT COUNT(*) FROM askr_jobs").fetchone() == (0,)
+        assert check.execute("SELECT queue FROM askr_jobs").fetchall() == [("pad",)]
 
 
 def test_sqlite_read_only_file_is_a_named_error(tmp_path: Path) -> None:
@@ -224,3 +231,117 @@ def test_postgresql_read_only_and_refused_privilege_are_named_errors(db_url: str
             c.exec_driver_sql(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader_{name}")
             c.exec_driver_sql(f"DROP ROLE reader_{name}")
         admin.dispose()
+
+
+@pytest.fixture
+def disk_of_2_mib(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, unmounted afterwards."""
+    mount = tmp_path / "disk2"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        unavailable(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("consumer", ["refused-while-full", "started-after"])
+def test_a_disk_that_fills_with_the_wal_and_frees_again_drains_every_job(
+    disk_of_2_mib: Path, consumer: str
+) -> None:
+    """Issue 39: a queue whose every job is still in the WAL (SQLite checkpoints by itself
+    only at 1,000 pages) fills the disk; freeing as much as the WAL holds must let the
+    consumers drain it. A checkpoint needs room for the pages *and* the WAL, and without
+    one every write appends to the WAL until the disk is full again: before the fix the
+    consumer's claims failed "disk is full" every second and the jobs stayed unrun. The
+    consumer either runs throughout (its claims refused while the disk is full) or starts
+    once space is back (a restarted worker)."""
+    disk = disk_of_2_mib
+    db = disk / "queue.db"
+    url = f"sqlqueue+sqlite:///{db}"
+    ballast = disk / "ballast"
+    ballast.write_bytes(b"\0" * (1 << 20))
+    received: list[str] = []
+
+    def on_message(body: dict[str, str], message: object) -> None:
+        received.append(body["n"])
+        message.ack()  # type: ignore[attr-defined]
+
+    def left() -> int:
+        with contextlib.closing(sqlite3.connect(db)) as check:
+            return int(check.execute("SELECT COUNT(*) FROM askr_jobs").fetchone()[0])
+
+    published: list[str] = []
+    with contextlib.ExitStack() as running:
+        worker = running.enter_context(Connection(url, transport_options=OPTIONS))
+        running.enter_context(
+            Consumer(worker, [Queue("wal")], callbacks=[on_message], accept=["json"])
+        )
+        with Connection(url, transport_options=OPTIONS) as conn:
+            producer = Producer(conn.channel(), routing_key="wal")
+            with pytest.raises(StoreFullError):
+                for i in range(1000):
+                    producer.publish({"n": str(i), "pad": "x" * 16384}, serializer="json")
+                    published.append(str(i))
+        assert len(published) > 10
+        assert Path(f"{db}-wal").stat().st_size > 512 * 1024  # the jobs are in the WAL
+        assert db.stat().st_size < 64 * 1024
+        if consumer == "refused-while-full":
+            for _ in range(3):  # its claims refused: logged, and it carries on
+                with contextlib.suppress(TimeoutError):
+                    worker.drain_events(timeout=0.1)
+            assert received == [] and left() == len(published)
+        else:
+            running.close()
+            worker = running.enter_context(Connection(url, transport_options=OPTIONS))
+            running.enter_context(
+                Consumer(worker, [Queue("wal")], callbacks=[on_message], accept=["json"])
+            )
+        ballast.unlink()  # as much room as the WAL holds comes back
+
+        deadline = time.monotonic() + 10  # the issue's bound: drained within 10 s
+        while (left() or worker.transport.pending) and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                worker.drain_events(timeout=0.2)
+        assert left() == 0, f"{left()} of {len(published)} jobs not run and acked"
+    assert sorted(received) == sorted(published)
+    with sqlite3.connect(db) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_write_refused_for_want_of_space_has_the_next_one_copy_the_wal_into_the_file(
+    small_disk: Path,
+) -> None:
+    """A store that has been writing (the WAL growing: SQLite's own checkpoint waits for
+    1,000 pages) is refused by a full disk; once there is room, its next write first
+    copies the WAL into the database file and truncates it, so the WAL does not grow on
+    into the space just freed."""
+    db = small_disk / "queue.db"
+    ballast = small_disk / "ballast"
+    wal = Path(f"{db}-wal")
+    store = JobStore(f"sqlite:///{db}", StoreOptions())
+    try:
+        store.ensure_ready()
+        for _ in range(12):
+            store.enqueue(NewJob("room", b"x" * 16384))
+        assert db.stat().st_size < 64 * 1024 < 192 * 1024 < wal.stat().st_size
+        free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+        ballast.write_bytes(b"\0" * free)
+        with pytest.raises(StoreFullError):
+            for _ in range(100):
+                store.enqueue(NewJob("room", b"x" * 16384))
+        ballast.unlink()
+        store.enqueue(NewJob("room", b"after"))
+        assert db.stat().st_size > 192 * 1024  # the jobs are in the file now
+        assert wal.stat().st_size < 64 * 1024  # and the WAL was started again, small
+    finally:
+        store.close()
+    with sqlite3.connect(db) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -665,6 +665,11 @@ class BaseEngine:
     def prepare_connection(self, conn: Any) -> None:
         """Set up a DBAPI connection the executor is about to use for the first time."""
 
+    def make_room(self, conn: Any, cursor: Any) -> None:
+        """A write on this connection was refused for want of space (``StoreFullError``,
+        its transaction rolled back): give back what the engine itself holds on disk.
+        Server engines manage their own files: nothing to do."""
+
     def begin(self, conn: Any, cursor: Any, write: bool, single: bool) -> None:
         """Open a transaction (``single``: the work is one statement)."""
         cursor.execute("BEGIN")
