@@ -478,7 +478,9 @@ class LaravelTableStore(TableStore):
         if not ids:
             return set()
         query = self.q.existing(ids)
-        rows = self._run(lambda tx: tx.execute_bound(query).fetchall(), read_only=True, single=True)
+        rows = self._run(
+            lambda tx: tx.execute_rendered(query).fetchall(), read_only=True, single=True
+        )
         return set(ids) - {int(r[0]) for r in rows}
 
     def purge(self, queue: str) -> int:

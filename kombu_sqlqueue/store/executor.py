@@ -127,8 +127,47 @@ class Tx:
         self.cursor.execute(compiled.sql, compiled.args(params or {}))
         return self.cursor
 
-    def execute_bound(self, stmt: sa.Executable) -> Any:
-        """Run a statement whose values are bound into it (expanding IN lists, multi-row VALUES)."""
+    def execute_bound(self, stmt: sa.Executable, params: Mapping[str, Any]) -> Any:
+        """Run ``stmt`` with ``params``, whose lists fill its expanding ``IN :name`` lists.
+
+        The SQL is derived from the statement's cached compiled form once per list length
+        (SQLAlchemy compiling it anew for every call cost ~200 µs per message on MariaDB,
+        whose ack and claim each run one, measured with py-spy)."""
+        one = self._executor.compiled(stmt)
+        lists = {k: v for k, v in params.items() if isinstance(v, (list, tuple))}
+        if not all(lists.values()):  # an empty IN list: SQLAlchemy's own rendering of it
+            return self.execute_rendered(stmt.bindparams(**params))  # type: ignore[attr-defined]
+        key = ("in", id(stmt), tuple((k, len(v)) for k, v in lists.items()))
+        sql = self._executor.text_cache.get(key)
+        if sql is None:
+            sql = one.sql
+            mark = self._executor.dialect.paramstyle
+            for name, values in lists.items():
+                if one.positional is None:  # pyformat: one named parameter per element
+                    spelled = ", ".join(f"%({name}_{i})s" for i in range(len(values)))
+                else:
+                    spelled = ", ".join(["?" if mark == "qmark" else "%s"] * len(values))
+                sql = sql.replace(f"__[POSTCOMPILE_{name}]", spelled)
+            self._executor.text_cache[key] = sql
+        args: Any
+        if one.positional is None:
+            args = {**one.defaults, **{k: v for k, v in params.items() if k not in lists}}
+            for name, values in lists.items():
+                args.update({f"{name}_{i}": value for i, value in enumerate(values)})
+        else:
+            given = {**one.defaults, **params}
+            args = tuple(
+                value
+                for name in one.positional
+                for value in (given[name] if name in lists else (given[name],))
+            )
+        if _debug():
+            logger.debug("SQL %s", sql)
+        self.cursor.execute(sql, args)
+        return self.cursor
+
+    def execute_rendered(self, stmt: sa.Executable) -> Any:
+        """Run a statement whose values are bound into it, compiled for this call."""
         compiled = stmt.compile(  # type: ignore[attr-defined]
             dialect=self._executor.dialect, compile_kwargs={"render_postcompile": True}
         )

@@ -279,7 +279,7 @@ class JobStore(TableStore):
             if screened.past_ttl:
                 # Past their TTL: discarded unconsumed, as AMQP does (not a failure).
                 ids = [row.id for row in screened.past_ttl]
-                tx.execute_bound(self.q.job_ack_many.bindparams(token=token, ids=ids))
+                tx.execute_bound(self.q.job_ack_many, {"token": token, "ids": ids})
                 expired += len(ids)
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
@@ -454,10 +454,10 @@ class JobStore(TableStore):
         until = reservation_deadline(self.clock(), visibility)
 
         def work(tx: Tx) -> set[Receipt]:
-            renew = self.q.job_renew.bindparams(until=until, tokens=tokens, ids=ids)
-            if tx.execute_bound(renew).rowcount == len(receipts):
+            renew = {"until": until, "tokens": tokens, "ids": ids}
+            if tx.execute_bound(self.q.job_renew, renew).rowcount == len(receipts):
                 return set(receipts)
-            held = tx.execute_bound(self.q.job_held.bindparams(tokens=tokens, ids=ids)).fetchall()
+            held = tx.execute_bound(self.q.job_held, {"tokens": tokens, "ids": ids}).fetchall()
             return {Receipt(int(job_id), token) for job_id, token in held} & set(receipts)
 
         return self._run(work)
@@ -468,8 +468,11 @@ class JobStore(TableStore):
         ids = sorted(set(job_ids))
         if not ids:
             return set()
-        query = self.q.job_existing.bindparams(ids=ids)
-        rows = self._run(lambda tx: tx.execute_bound(query).fetchall(), read_only=True, single=True)
+        rows = self._run(
+            lambda tx: tx.execute_bound(self.q.job_existing, {"ids": ids}).fetchall(),
+            read_only=True,
+            single=True,
+        )
         return set(ids) - {int(r[0]) for r in rows}
 
     def holders(self) -> list[Holding]:

@@ -101,10 +101,10 @@ class Topology:
         now = s._now()
 
         def work(tx: Tx) -> set[str]:
-            touched = tx.execute_bound(s.q.queue_touch.bindparams(now=now, names=names))
+            touched = tx.execute_bound(s.q.queue_touch, {"now": now, "names": names})
             if touched.rowcount == len(names):
                 return set(names)
-            rows = tx.execute_bound(s.q.queue_present.bindparams(names=names)).fetchall()
+            rows = tx.execute_bound(s.q.queue_present, {"names": names}).fetchall()
             return {str(r[0]) for r in rows}
 
         return s._run(work)

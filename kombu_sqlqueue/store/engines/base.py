@@ -577,7 +577,7 @@ class Queries(LayoutPrimitives):
 
     def ack_rows(self, tx: Tx, token: str, ids: Sequence[int]) -> list[int]:
         """Delete those of ``ids`` that ``token`` still holds; return their ids."""
-        found = tx.execute_bound(self.job_ack_many_returning.bindparams(token=token, ids=ids))
+        found = tx.execute_bound(self.job_ack_many_returning, {"token": token, "ids": ids})
         return [int(r[0]) for r in found.fetchall()]
 
     #: ``ack_and_claim_rows`` is one statement (a consumer's held acks of one claim token

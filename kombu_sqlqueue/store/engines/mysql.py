@@ -124,10 +124,10 @@ class MySQLQueries(Queries):
     ack_rows_in_one_statement: ClassVar[bool] = False
 
     def ack_rows(self, tx: Tx, token: str, ids: Sequence[int]) -> list[int]:
-        locked = tx.execute_bound(self.job_ack_many_locking.bindparams(token=token, ids=ids))
+        locked = tx.execute_bound(self.job_ack_many_locking, {"token": token, "ids": ids})
         held = [int(r[0]) for r in locked.fetchall()]
         if held:
-            tx.execute_bound(self.job_ack_many.bindparams(token=token, ids=held))
+            tx.execute_bound(self.job_ack_many, {"token": token, "ids": held})
         return held
 
     def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
@@ -140,13 +140,14 @@ class MySQLQueries(Queries):
         if not picked:
             return []
         tx.execute_bound(
-            self.job_claim_mark.bindparams(
-                ids=[r.id for r in picked],
-                until=params["until"],
-                token=params["token"],
-                holder=params["holder"],
-                instance=params["instance"],
-            )
+            self.job_claim_mark,
+            {
+                "ids": [r.id for r in picked],
+                "until": params["until"],
+                "token": params["token"],
+                "holder": params["holder"],
+                "instance": params["instance"],
+            },
         )
         # The rows as marked: attempts counted (the rows are locked: no one else wrote).
         return [r._replace(attempts=r.attempts + 1) for r in picked]
