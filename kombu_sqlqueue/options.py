@@ -90,6 +90,12 @@ class TransportOptions:
     #: Seconds to keep reconnecting after the database connection is lost (server
     #: restart); publishes and acks wait meanwhile. 0: raise at once.
     reconnect_timeout: float = 60.0
+    #: Seconds a connection to a database server may hear nothing from it (a network
+    #: partition: no reply, no reset) before it is given up and reconnected: TCP
+    #: keepalives, ``TCP_USER_TIMEOUT`` and the connect timeout. A long statement on a
+    #: live server is not cut (its kernel answers the keepalives). A setting of the same
+    #: name in the URL (``connect_timeout=``, ``keepalives_idle=``…) wins.
+    network_timeout: float = 30.0
     #: Seconds a process reuses an exchange's bindings read from askr_bindings before it
     #: reads them again. A publish that finds no bound queue reads them again at once,
     #: unless a fresh read found its topic/fanout routing key unbound within this time.
@@ -171,6 +177,10 @@ class TransportOptions:
         if "ack_batch_size" in values:
             values["ack_batch_size"] = _number(
                 "ack_batch_size", values["ack_batch_size"], minimum=1, integer=True
+            )
+        if "network_timeout" in values:
+            values["network_timeout"] = _number(
+                "network_timeout", values["network_timeout"], minimum=1
             )
         if "busy_timeout" in values:
             values["busy_timeout"] = _number("busy_timeout", values["busy_timeout"], minimum=0.001)
@@ -301,6 +311,7 @@ class TransportOptions:
             sqlite_synchronous=self.sqlite_synchronous,
             busy_timeout=self.busy_timeout,
             reconnect_timeout=self.reconnect_timeout,
+            network_timeout=self.network_timeout,
             synchronous_commit=self.synchronous_commit,
             django_atomic=self.django_atomic,
         )

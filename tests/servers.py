@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,13 +127,17 @@ def _postgresql_root(prefix: str) -> tuple[Path, str | None]:
     return root, None
 
 
-def _run_postgresql(bindir: Path, root: Path, user: str | None) -> Server:
-    """Start ``postgres`` on ``root/data`` and a free port (no wrapper process)."""
+def _run_postgresql(
+    bindir: Path, root: Path, user: str | None, also_on: Sequence[str] = ()
+) -> Server:
+    """Start ``postgres`` on ``root/data`` and a free port (no wrapper process), listening
+    on 127.0.0.1 and the addresses ``also_on``."""
     log = root / "server.log"
     port = free_port()
     cmd = [
         str(bindir / "postgres"), "-D", str(root / "data"), "-p", str(port),
-        "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}",
+        "-c", f"listen_addresses={','.join(['127.0.0.1', *also_on])}",
+        "-c", f"unix_socket_directories={root}",
         "-c", "max_connections=200", "-c", "shared_buffers=128MB",
     ]  # fmt: skip
     with log.open("ab") as out:  # the child keeps its own descriptor
@@ -143,7 +148,9 @@ def _run_postgresql(bindir: Path, root: Path, user: str | None) -> Server:
     return Server("postgresql", port, root, proc, admin, user=user)
 
 
-def start_postgresql() -> Server:
+def start_postgresql(also_on: Sequence[str] = (), trusting: Sequence[str] = ()) -> Server:
+    """A new server on 127.0.0.1 (and the addresses ``also_on``), trusting logins from
+    127.0.0.1 (and the networks ``trusting``, CIDR)."""
     bindir = _postgresql_bindir()
     root, user = _postgresql_root("sqlqueue-pg-")
     subprocess.run(
@@ -151,7 +158,9 @@ def start_postgresql() -> Server:
          "--auth=trust", "-E", "UTF8", "--no-sync"],
         check=True, capture_output=True, timeout=120, user=user, group=user,
     )  # fmt: skip
-    return _run_postgresql(bindir, root, user)
+    with (root / "data" / "pg_hba.conf").open("a") as hba:
+        hba.writelines(f"host all all {network} trust\n" for network in trusting)
+    return _run_postgresql(bindir, root, user, also_on)
 
 
 def start_postgresql_standby(primary: Server) -> Server:
@@ -169,7 +178,9 @@ def start_postgresql_standby(primary: Server) -> Server:
     return _run_postgresql(bindir, root, user)
 
 
-def start_mariadb() -> Server:
+def start_mariadb(also_on: Sequence[str] = ()) -> Server:
+    """A new server on 127.0.0.1 (and the addresses ``also_on``), without grant tables:
+    any user from anywhere it listens."""
     mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
     install = shutil.which("mariadb-install-db")
     if not install or not os.path.exists(mariadbd):
@@ -196,7 +207,8 @@ def start_mariadb() -> Server:
     port = free_port()
     cmd = [
         mariadbd, "--no-defaults", f"--datadir={data}", f"--port={port}",
-        "--bind-address=127.0.0.1", f"--socket={root}/mysqld.sock", f"--pid-file={root}/mysqld.pid",
+        f"--bind-address={','.join(['127.0.0.1', *also_on])}",
+        f"--socket={root}/mysqld.sock", f"--pid-file={root}/mysqld.pid",
         "--skip-grant-tables", "--skip-name-resolve", "--max-connections=300",
         "--innodb-buffer-pool-size=256M", *user,
     ]  # fmt: skip

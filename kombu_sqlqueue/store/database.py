@@ -50,6 +50,9 @@ class StoreOptions:
     busy_timeout: float = 30.0
     #: Seconds to keep reconnecting after a working connection is lost (server restart).
     reconnect_timeout: float = 60.0
+    #: Seconds a connection to a database server may hear nothing from it before it is
+    #: given up and reconnected (a partition sends no reset); see ``store/network.py``.
+    network_timeout: float = 30.0
     #: PostgreSQL ``synchronous_commit`` for the queue's own connections (None: the
     #: server's setting); see docs/engines.md.
     synchronous_commit: str | None = None
@@ -64,6 +67,10 @@ class StoreOptions:
             engine_cls.check_options(self)
         if self.busy_timeout <= 0:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
+        if self.network_timeout < 1:
+            raise ConfigurationError(
+                f"network_timeout must be >= 1 second, got {self.network_timeout!r}"
+            )
 
 
 #: The broker URL's scheme: ``sqlqueue+<database-url>``.

@@ -86,7 +86,7 @@ class JobStore(TableStore):
         #: The operator's verbs (stats, peek, dead letters, purge), on this store.
         self.admin = ContractAdmin(self)
         #: Idle waits, on the engine's wake-up listener when it has one (waiting.py).
-        self._waits = IdleWaits(lambda: self.engine.listener(self.url))
+        self._waits = IdleWaits(lambda: self.engine.listener(self.url, self.options))
         #: The name this store's claims sign their reservations with (a Celery node name;
         #: seed 001's consumer identity); None signs nothing (the process is still recorded).
         self.holder: str | None = None

@@ -646,7 +646,7 @@ class BaseEngine:
         """Serialize schema creation between processes (inside its transaction)."""
         yield
 
-    def listener(self, url: URL) -> Listener | None:
+    def listener(self, url: URL, options: Any) -> Listener | None:
         """A wake-up channel for idle consumers, or None: this engine is polled."""
         return None
 

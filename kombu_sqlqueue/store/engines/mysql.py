@@ -14,6 +14,8 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +31,7 @@ from ...exceptions import (
     StoreReadOnlyError,
 )
 from ..claiming import ClaimedRow
+from ..network import SilenceBound
 from .base import Queries, ServerEngine
 
 if TYPE_CHECKING:
@@ -168,6 +171,20 @@ class MySQLQueries(Queries):
         return int(tx.execute(statement, row).lastrowid)
 
 
+def _bound_silence(dbapi_conn: Any, bound: SilenceBound) -> None:
+    """Set ``bound``'s options on the TCP socket under a driver's connection. PyMySQL
+    keeps the socket as ``_sock`` (private, stable since 0.6); mysqlclient gives its
+    descriptor (``fileno()``), and options set through a duplicate are the socket's."""
+    sock = getattr(dbapi_conn, "_sock", None)
+    if isinstance(sock, socket.socket):
+        bound.apply(sock)
+        return
+    fileno = getattr(dbapi_conn, "fileno", None)
+    if callable(fileno):
+        with socket.socket(fileno=os.dup(fileno())) as duplicate:
+            bound.apply(duplicate)
+
+
 class MySQLEngine(ServerEngine):
     """MariaDB 10.6+ / MySQL 8.0+ through PyMySQL."""
 
@@ -187,7 +204,19 @@ class MySQLEngine(ServerEngine):
         return url
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
-        return sa.create_engine(url, pool_size=4, max_overflow=-1)
+        bound = SilenceBound(options.network_timeout)
+        connect_args = {"connect_timeout": bound.connect_timeout}
+        if "connect_timeout" in url.query:  # the user's own value wins
+            connect_args = {}
+        engine = sa.create_engine(url, pool_size=4, max_overflow=-1, connect_args=connect_args)
+
+        # Neither driver takes keepalive settings, and their read timeouts would cut a
+        # long statement on a live server (a lock wait): the socket gets them itself.
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            _bound_silence(dbapi_conn, bound)
+
+        return engine
 
     def prepare_connection(self, conn: Any) -> None:
         driver = conn.driver_connection

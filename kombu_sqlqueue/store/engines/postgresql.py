@@ -48,6 +48,7 @@ from ...exceptions import (
     StoreReadOnlyError,
 )
 from ..claiming import ClaimedRow
+from ..network import SilenceBound
 from .base import Listener, Queries, RowsInsert, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
@@ -267,11 +268,17 @@ class PostgreSQLEngine(ServerEngine):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7317501)")
         yield
 
-    def listener(self, url: URL) -> Listener | None:
-        return PgListener(libpq_conninfo(url))
+    def listener(self, url: URL, options: Any) -> Listener | None:
+        return PgListener(libpq_conninfo(url, SilenceBound(options.network_timeout)))
 
     def create_engine(self, url: sa.URL, options: Any) -> sa.Engine:
-        engine = sa.create_engine(url, pool_size=4, max_overflow=-1, pool_pre_ping=False)
+        engine = sa.create_engine(
+            url,
+            pool_size=4,
+            max_overflow=-1,
+            pool_pre_ping=False,
+            connect_args=libpq_network_params(url, SilenceBound(options.network_timeout)),
+        )
         mode = getattr(options, "synchronous_commit", None)
         if mode is not None:
             # Per connection, so only the queue's own writes trade durability for speed.
@@ -317,7 +324,22 @@ def turn_key(queues: Collection[str]) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def libpq_conninfo(url: URL) -> str:
+def libpq_network_params(url: URL, bound: SilenceBound) -> dict[str, str]:
+    """libpq's parameters that give up a silent server after ``bound`` (keepalives,
+    ``tcp_user_timeout``, ``connect_timeout``; libpq ignores them on a unix socket), but
+    none the URL sets itself: the user's own value wins."""
+    params = {
+        "connect_timeout": str(bound.connect_timeout),
+        "keepalives": "1",
+        "keepalives_idle": str(bound.keepalive_idle),
+        "keepalives_interval": str(bound.keepalive_interval),
+        "keepalives_count": str(bound.keepalive_count),
+        "tcp_user_timeout": str(bound.user_timeout_ms),
+    }
+    return {k: v for k, v in params.items() if k not in url.query}
+
+
+def libpq_conninfo(url: URL, bound: SilenceBound | None = None) -> str:
     """The libpq connection string that reaches where the engine's connections do.
 
     Built by SQLAlchemy's own psycopg dialect, as it builds the engine's: a multi-host
@@ -331,6 +353,8 @@ def libpq_conninfo(url: URL) -> str:
 
     dialect: Any = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # untyped upstream
     _args, params = dialect.create_connect_args(url)
+    if bound is not None:  # as create_engine's connect_args
+        params.update(libpq_network_params(url, bound))
     return make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 

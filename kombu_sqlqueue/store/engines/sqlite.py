@@ -204,7 +204,7 @@ class SQLiteEngine(BaseEngine):
         if conn.in_transaction:
             cursor.execute("ROLLBACK")
 
-    def listener(self, url: URL) -> Listener | None:
+    def listener(self, url: URL, options: Any) -> Listener | None:
         return SQLiteListener(url.database or "")
 
     # SQLite's own limit on a string or BLOB (SQLITE_MAX_LENGTH as compiled into Python's

@@ -33,6 +33,11 @@ def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields}), flush=True)
 
 
+def transport_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=JSON`` pairs (``network_timeout=3``) as transport options."""
+    return {key: json.loads(value) for key, value in (pair.split("=", 1) for pair in pairs)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--broker", required=True)
@@ -55,12 +60,25 @@ def main() -> int:
         action="store_true",
         help="leave a killed consumer's holds to lapse (transport option recover_holds=False)",
     )
+    p.add_argument(
+        "--redelivered-sleep",
+        type=float,
+        default=None,
+        help="ack mode: seconds per message delivered before (instead of --sleep)",
+    )
+    p.add_argument(
+        "--option", action="append", default=[], help="a transport option: KEY=JSON (repeatable)"
+    )
+    p.add_argument("--log-times", action="store_true", help="log lines start with time.time()")
     args = p.parse_args()
 
     logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format=("%(created).3f " if args.log_times else "") + "%(levelname)s %(name)s: %(message)s",
     )
     options: dict[str, Any] = {"visibility_timeout": args.visibility, "polling_interval": 0.05}
+    options.update(transport_options(args.option))
     if args.no_recover_holds:
         options["recover_holds"] = False
     if args.max_attempts is not None:
@@ -84,7 +102,8 @@ def main() -> int:
             os._exit(1)
         if args.mode in ("ack", "ack-after"):
             assert out is not None
-            time.sleep(args.sleep)
+            again = held is not None and held.attempts > 1
+            time.sleep(args.redelivered_sleep if again and args.redelivered_sleep else args.sleep)
             out.write(f"{body['id']}\n")
             out.flush()
             if args.mode == "ack":

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from kombu import Connection, Queue
 
+from apps.consumer import transport_options
+
 
 def wait_for_a_delivery(directory: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
@@ -34,9 +36,22 @@ def main() -> int:
     p.add_argument("--prefix", required=True)
     p.add_argument("--max-attempts", type=int, default=None)
     p.add_argument("--pause-until-delivered", type=Path, default=None)
+    p.add_argument("--interval", type=float, default=0.0, help="seconds between publishes")
+    p.add_argument("--out", type=Path, help="append each id once its publish has returned")
+    p.add_argument("--option", action="append", default=[], help="a transport option: KEY=JSON")
+    p.add_argument("--log-times", action="store_true", help="log lines start with time.time()")
     args = p.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    options: dict[str, object] = {}
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format=(
+            "%(created).3f %(levelname)s %(name)s: %(message)s"
+            if args.log_times
+            else "%(levelname)s:%(name)s:%(message)s"  # logging's own
+        ),
+    )
+    options: dict[str, object] = transport_options(args.option)
+    out = args.out.open("a", encoding="utf-8") if args.out else None
     if args.max_attempts is not None:
         options["queue_options"] = {args.queue: {"max_attempts": args.max_attempts}}
     start = time.monotonic()
@@ -51,6 +66,11 @@ def main() -> int:
                 routing_key=args.queue,
                 declare=[queue] if n == 0 else [],
             )
+            if out is not None:
+                out.write(f"{args.prefix}-{n}\n")
+                out.flush()
+            if args.interval:
+                time.sleep(args.interval)
     print(
         json.dumps(
             {
