@@ -178,25 +178,29 @@ def start_postgresql_standby(primary: Server) -> Server:
     return _run_postgresql(bindir, root, user)
 
 
-def start_mariadb(also_on: Sequence[str] = ()) -> Server:
-    """A new server on 127.0.0.1 (and the addresses ``also_on``), without grant tables:
-    any user from anywhere it listens."""
+def _mariadb_binaries() -> tuple[str, str]:
     mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
     install = shutil.which("mariadb-install-db")
     if not install or not os.path.exists(mariadbd):
         raise ServerUnavailable("MariaDB is not installed (apt-get install mariadb-server)")
-    user = ["--user=root"] if os.geteuid() == 0 else []
+    return mariadbd, install
+
+
+def _mariadb_root(install: str, prefix: str, user: str | None) -> Path:
+    """A new server directory with a bootstrapped data directory (``root/data``), owned by
+    ``user`` (None: this process's user)."""
     for attempt in (1, 2):
-        root = Path(tempfile.mkdtemp(prefix="sqlqueue-maria-"))
-        data = root / "data"
-        log = root / "server.log"
+        root = Path(tempfile.mkdtemp(prefix=prefix))
+        if user is not None:
+            shutil.chown(root, user, user)
         done = subprocess.run(
-            [install, "--no-defaults", f"--datadir={data}",
-             "--auth-root-authentication-method=normal", "--skip-test-db", *user],
+            [install, "--no-defaults", f"--datadir={root / 'data'}",
+             "--auth-root-authentication-method=normal", "--skip-test-db",
+             *([f"--user={user}"] if user else [])],
             capture_output=True, text=True, timeout=180, check=False,
         )  # fmt: skip
         if done.returncode == 0:
-            break
+            return root
         # Seen once in many runs: the bootstrap exits 1 part-way; a fresh datadir works.
         shutil.rmtree(root, ignore_errors=True)
         if attempt == 2:
@@ -204,18 +208,93 @@ def start_mariadb(also_on: Sequence[str] = ()) -> Server:
                 f"mariadb-install-db exited {done.returncode}: "
                 f"{(done.stderr or done.stdout)[-2000:]}"
             )
+    raise AssertionError("unreachable")
+
+
+def start_mariadb(also_on: Sequence[str] = ()) -> Server:
+    """A new server on 127.0.0.1 (and the addresses ``also_on``), without grant tables:
+    any user from anywhere it listens."""
+    mariadbd, install = _mariadb_binaries()
+    user = "root" if os.geteuid() == 0 else None
+    root = _mariadb_root(install, "sqlqueue-maria-", user)
+    log = root / "server.log"
     port = free_port()
     cmd = [
-        mariadbd, "--no-defaults", f"--datadir={data}", f"--port={port}",
+        mariadbd, "--no-defaults", f"--datadir={root / 'data'}", f"--port={port}",
         f"--bind-address={','.join(['127.0.0.1', *also_on])}",
         f"--socket={root}/mysqld.sock", f"--pid-file={root}/mysqld.pid",
         "--skip-grant-tables", "--skip-name-resolve", "--max-connections=300",
-        "--innodb-buffer-pool-size=256M", *user,
+        "--innodb-buffer-pool-size=256M", *([f"--user={user}"] if user else []),
     ]  # fmt: skip
     with log.open("ab") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     _wait_port(port, proc, log)
     return Server("mysql", port, root, proc, f"mysql+pymysql://root@127.0.0.1:{port}/mysql")
+
+
+def _galera_state(port: int) -> str:
+    import pymysql
+
+    try:
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=2)
+    except pymysql.err.OperationalError:
+        return "unreachable"
+    with conn, conn.cursor() as cursor:
+        cursor.execute("SHOW STATUS LIKE 'wsrep_local_state_comment'")
+        row = cursor.fetchone()
+    return str(row[1]) if row else "?"
+
+
+def start_galera(nodes: int = 3) -> list[Server]:
+    """A MariaDB Galera cluster (Debian ``galera-4``) of ``nodes`` nodes on 127.0.0.1, the
+    first bootstrapping it and each next one joining by a state transfer (rsync); returned
+    once every node is Synced. As root the nodes run as ``mysql``: rsync's SST daemon, run
+    by root, would drop to ``nobody`` and could not write the joiner's data directory."""
+    provider = "/usr/lib/galera/libgalera_smm.so"
+    if not os.path.exists(provider) or shutil.which("rsync") is None:
+        raise ServerUnavailable("Galera needs galera-4 and rsync (apt-get install galera-4 rsync)")
+    mariadbd, install = _mariadb_binaries()
+    user = "mysql" if os.geteuid() == 0 else None
+    ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(nodes)]
+    members = ",".join(f"127.0.0.1:{group}" for _, group, _, _ in ports)
+    started: list[Server] = []
+    try:
+        for n, (port, group, ist, sst) in enumerate(ports):
+            root = _mariadb_root(install, f"sqlqueue-galera{n}-", user)
+            log = root / "server.log"
+            cmd = [
+                mariadbd, "--no-defaults", f"--datadir={root / 'data'}", f"--port={port}",
+                "--bind-address=127.0.0.1", f"--socket={root}/mysqld.sock",
+                f"--pid-file={root}/mysqld.pid", "--skip-name-resolve", "--max-connections=300",
+                "--innodb-buffer-pool-size=128M", "--binlog-format=ROW",
+                "--innodb-autoinc-lock-mode=2", "--innodb-flush-log-at-trx-commit=1",
+                "--wsrep-on=ON", f"--wsrep-provider={provider}", "--wsrep-cluster-name=sqlqueue",
+                f"--wsrep-cluster-address=gcomm://{members}",
+                f"--wsrep-node-address=127.0.0.1:{group}", f"--wsrep-node-name=node{n}",
+                f"--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};"
+                f"ist.recv_addr=127.0.0.1:{ist}",
+                "--wsrep-sst-method=rsync", f"--wsrep-sst-receive-address=127.0.0.1:{sst}",
+                *(["--wsrep-new-cluster"] if n == 0 else []),
+                *([f"--user={user}"] if user else []),
+            ]  # fmt: skip
+            with log.open("ab") as out:  # the child keeps its own descriptor
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            server = Server(
+                "mysql", port, root, proc, f"mysql+pymysql://root@127.0.0.1:{port}/mysql"
+            )
+            started.append(server)
+            deadline = time.monotonic() + 120
+            while _galera_state(port) != "Synced":
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ServerUnavailable(
+                        f"Galera node {n} did not join: {log.read_text()[-3000:]}"
+                    )
+                time.sleep(0.3)
+    except BaseException:
+        for server in started:
+            server.stop()
+        raise
+    return started
 
 
 def start_redis() -> Server:

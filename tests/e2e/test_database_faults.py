@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import servers
 import sqlalchemy as sa
+from apps.celery_app import create_app
 from celery import Celery
 from e2e_harness import Proc, consumer_args, producer_args, task_events, wait_until
 from support import unavailable
@@ -28,11 +29,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 VISIBILITY = 3.0
 
 
-def start_workers(
-    spawn: Callable[..., Proc], broker_url: str, out_file: Path, count: int = 2
-) -> list[Proc]:
+def start_workers(spawn: Callable[..., Proc], brokers: list[str], out_file: Path) -> list[Proc]:
+    """A ``celery worker`` (prefork, 2 children, prefetch 4) on each of ``brokers``."""
     workers = []
-    for n in range(count):
+    for n, broker_url in enumerate(brokers):
         args = [
             sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
             "--pool=prefork", "-c", "2", "-l", "info", "-n", f"faults{n}@%h",
@@ -121,7 +121,7 @@ def test_every_connection_killed_again_and_again_loses_no_task(
     """Two workers (prefork, 2 children each) and the publishing test, every client
     connection of the database killed every 0.25 s while 3,000 tasks are sent (~10 s) and
     run."""
-    workers = start_workers(spawn, broker_url, out_file)
+    workers = start_workers(spawn, [broker_url] * 2, out_file)
     labels = [f"t{n}" for n in range(3000)]
     database = str(sa.make_url(db_url).database)
     with BackendKiller(engine_name, db_server.admin_url, database, 0.25) as killer:
@@ -166,7 +166,7 @@ def test_a_snapshot_held_open_neither_stops_the_queue_nor_outlives_its_release(
     """An application's forgotten REPEATABLE READ transaction holds back vacuum: every
     job's dead row versions stay. The queue keeps running meanwhile (every task sent while
     it is held runs while it is held), and at its release vacuum removes them all."""
-    workers = start_workers(spawn, broker_url, out_file)
+    workers = start_workers(spawn, [broker_url] * 2, out_file)
     app_db = sa.create_engine(
         db_url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
     )
@@ -278,3 +278,108 @@ def test_the_primary_killed_and_its_synchronous_standby_promoted_loses_no_publis
         f"{sum(1 for n in runs.values() if n > 1)} run twice, "
         f"work resumed {min(after) - killed_at:.1f} s after the kill"
     )
+
+
+@pytest.fixture
+def galera() -> Iterator[list[servers.Server]]:
+    """A 3-node MariaDB Galera cluster of its own, with an empty database ``q``."""
+    try:
+        nodes = servers.start_galera(3)
+    except (servers.ServerUnavailable, OSError, subprocess.SubprocessError) as exc:
+        unavailable(f"Galera cluster unavailable: {exc}")
+    try:
+        nodes[0].create_database("q")  # replicated to the others
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _galera_conflicts(nodes: list[servers.Server]) -> tuple[int, int]:
+    """Certification failures and brute-force aborts, summed over the live nodes."""
+    cert = bf = 0
+    for node in nodes:
+        if node.proc.poll() is not None:
+            continue
+        db = sa.create_engine(node.admin_url)
+        with db.connect() as conn:
+            status = dict(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'wsrep_local_%%'").all())
+        db.dispose()
+        cert += int(status.get("wsrep_local_cert_failures", 0))
+        bf += int(status.get("wsrep_local_bf_aborts", 0))
+    return cert, bf
+
+
+def _send_and_wait(broker_url: str, labels: list[str], out_file: Path, timeout: float) -> None:
+    app = create_app(broker_url, visibility=VISIBILITY)
+    try:
+        for n, label in enumerate(labels):
+            app.send_task("e2e.record", (label,))
+            if n % 50 == 49:
+                time.sleep(0.05)
+    finally:
+        app.close()
+    wait_until(
+        lambda: {e["label"] for e in task_events(out_file)} >= set(labels),
+        timeout,
+        what="every task run",
+    )
+
+
+@pytest.mark.parametrize("topology", ["one-writer", "spread"])
+def test_a_galera_cluster_runs_every_task_on_one_writer_node_or_spread(
+    galera: list[servers.Server], topology: str, spawn: Callable[..., Proc], out_file: Path
+) -> None:
+    """Two workers and the publisher on node 0 (the advised topology: one writer), or the
+    workers on nodes 1 and 2 and the publisher on node 0 (spread: certification is all that
+    stands between two claims of one job). Every task runs; on one writer none twice."""
+    urls = [f"sqlqueue+mysql://root@127.0.0.1:{node.port}/q" for node in galera]
+    workers = start_workers(
+        spawn, [urls[0], urls[0]] if topology == "one-writer" else urls[1:], out_file
+    )
+    labels = [f"g{n}" for n in range(2000)]
+    _send_and_wait(urls[0], labels, out_file, 150)
+    runs = Counter(e["label"] for e in task_events(out_file))
+    twice = sum(1 for n in runs.values() if n > 1)
+    cert, bf = _galera_conflicts(galera)
+    print(
+        f"galera {topology}: {len(labels)} tasks, 0 lost, {twice} run twice; "
+        f"{cert} certification failures, {bf} brute-force aborts"
+    )
+    if topology == "one-writer":
+        assert twice == 0
+    assert all(w.popen.poll() is None for w in workers), "a worker died"
+    stop_workers(workers)
+
+
+def test_a_galera_node_killed_mid_run_loses_no_task(
+    galera: list[servers.Server], spawn: Callable[..., Proc], out_file: Path
+) -> None:
+    """Workers on nodes 1 and 2, the publisher on node 0; node 2 killed (-9) mid-run: its
+    worker is cut off, the jobs it held lapse and the worker on node 1 runs them."""
+    urls = [f"sqlqueue+mysql://root@127.0.0.1:{node.port}/q" for node in galera]
+    workers = start_workers(spawn, urls[1:], out_file)
+    labels = [f"k{n}" for n in range(2000)]
+    app = create_app(urls[0], visibility=VISIBILITY)
+    try:
+        for n, label in enumerate(labels):
+            app.send_task("e2e.record", (label,))
+            if n == 600:
+                wait_until(lambda: len(task_events(out_file)) >= 300, 60, what="work under way")
+                galera[2].proc.kill()
+                galera[2].proc.wait(timeout=30)
+            if n % 50 == 49:
+                time.sleep(0.05)
+    finally:
+        app.close()
+    wait_until(
+        lambda: {e["label"] for e in task_events(out_file)} >= set(labels),
+        150,
+        what="every task run",
+    )
+    runs = Counter(e["label"] for e in task_events(out_file))
+    print(
+        f"galera node killed: {len(labels)} tasks, 0 lost, "
+        f"{sum(1 for n in runs.values() if n > 1)} run twice"
+    )
+    assert workers[0].popen.poll() is None, "the worker on a live node died"
