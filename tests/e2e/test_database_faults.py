@@ -208,10 +208,12 @@ def primary_and_standby() -> Iterator[tuple[servers.Server, servers.Server]]:
         primary.create_database("q")
         standby = servers.start_postgresql_standby(primary)
         admin = sa.create_engine(primary.admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
-            conn.exec_driver_sql("SELECT pg_reload_conf()")
-        admin.dispose()
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                conn.exec_driver_sql("SELECT pg_reload_conf()")
+        finally:
+            admin.dispose()
         yield primary, standby
     finally:
         for server in (standby, primary):
@@ -253,8 +255,12 @@ def test_the_primary_killed_and_its_synchronous_standby_promoted_loses_no_publis
     primary.proc.kill()
     primary.proc.wait(timeout=30)
     before = len(_ids(published))  # the primary is gone: the rest can only go to the standby
-    with sa.create_engine(standby.admin_url, isolation_level="AUTOCOMMIT").connect() as conn:
-        assert conn.exec_driver_sql("SELECT pg_promote(true, 60)").scalar() is True
+    admin = sa.create_engine(standby.admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            assert conn.exec_driver_sql("SELECT pg_promote(true, 60)").scalar() is True
+    finally:
+        admin.dispose()
     assert publisher.wait(timeout=150) == 0, publisher.output[-4000:]
     returned = _ids(published)
     assert len(returned) == 3000
