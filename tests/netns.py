@@ -12,7 +12,8 @@ has, so the receiving veth drops every frame as addressed to another host. (This
 has neither ``tc netem`` nor iptables; taking the link down or a blackhole route answers a
 connect at once with EHOSTUNREACH or EINVAL, which is not a partition.)
 
-Needs root and iproute2; :func:`make_link` raises :class:`NamespaceUnavailable` otherwise.
+Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN: a container may refuse them even to root) and
+iproute2; :func:`make_link` raises :class:`NamespaceUnavailable` otherwise.
 """
 
 from __future__ import annotations
@@ -25,13 +26,20 @@ _NOBODY_MAC = "02:00:00:00:00:99"
 
 
 class NamespaceUnavailable(RuntimeError):
-    """Network namespaces cannot be made here (not root, or no ``ip``)."""
+    """Network namespaces cannot be made here: not root or not allowed (``refused``), or
+    no ``ip``."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
     if done.returncode != 0:
-        raise NamespaceUnavailable(f"ip {' '.join(args)}: {done.stderr.strip()}")
+        said = done.stderr.strip()
+        refused = "not permitted" in said or "Permission denied" in said
+        raise NamespaceUnavailable(f"ip {' '.join(args)}: {said}", refused=refused)
 
 
 class Link:
@@ -81,7 +89,9 @@ class Link:
 
 def make_link() -> Link:
     if os.geteuid() != 0:
-        raise NamespaceUnavailable("network namespaces need root (the test runs as a user)")
+        raise NamespaceUnavailable(
+            "network namespaces need root (the test runs as a user)", refused=True
+        )
     if shutil.which("ip") is None:
         raise NamespaceUnavailable("iproute2's ip is not installed (apt-get install iproute2)")
     link = Link(os.getpid() % 100000)
