@@ -15,6 +15,7 @@ from typing import Any
 from .exceptions import ConfigurationError, InvalidQueueName, UnknownTransportOption
 from .store import DEFAULT_MAX_ATTEMPTS, MAX_CLAIM, BackoffPolicy, StoreOptions
 from .store.names import validate_queue_name
+from .store.network import MAX_SECONDS
 
 #: Options Kombu or Celery themselves read from ``transport_options``; we accept
 #: them and leave them to their readers.
@@ -182,6 +183,11 @@ class TransportOptions:
             values["network_timeout"] = _number(
                 "network_timeout", values["network_timeout"], minimum=1
             )
+            if not values["network_timeout"] <= MAX_SECONDS:  # NaN fails too
+                raise ConfigurationError(
+                    f"transport option network_timeout must be <= {MAX_SECONDS:,} seconds, "
+                    f"got {values['network_timeout']!r}"
+                )
         if "busy_timeout" in values:
             values["busy_timeout"] = _number("busy_timeout", values["busy_timeout"], minimum=0.001)
         order = values.get("priority_order", "high_first")

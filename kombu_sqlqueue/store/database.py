@@ -32,6 +32,7 @@ from .engines import ENGINES, BaseEngine
 from .engines.base import READ_ONLY, Queries
 from .enlist import CallerExecutor, Enlistment, active
 from .executor import Executor, Tx
+from .network import MAX_SECONDS
 from .schema import TableSpec
 
 T = TypeVar("T")
@@ -67,9 +68,10 @@ class StoreOptions:
             engine_cls.check_options(self)
         if self.busy_timeout <= 0:
             raise ConfigurationError(f"busy_timeout must be > 0 seconds, got {self.busy_timeout!r}")
-        if self.network_timeout < 1:
+        if not 1 <= self.network_timeout <= MAX_SECONDS:  # NaN fails too
             raise ConfigurationError(
-                f"network_timeout must be >= 1 second, got {self.network_timeout!r}"
+                f"network_timeout must be between 1 and {MAX_SECONDS:,} seconds, "
+                f"got {self.network_timeout!r}"
             )
 
 

@@ -19,14 +19,21 @@ connection that only waits). The transport option ``network_timeout`` is that bo
 
 The driver then raises a connection error and the executor reconnects, as after a restart
 (``reconnect_timeout``). The bound applies to TCP connections only; a unix socket has no
-network to lose.
+network to lose. On MariaDB/MySQL the socket options are set once the driver has connected:
+its handshake and login, a few round trips, are bounded by the connect timeout alone.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+#: The largest bound: ``TCP_USER_TIMEOUT`` is a 32-bit count of milliseconds.
+MAX_SECONDS = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +68,21 @@ class SilenceBound:
 
     def apply(self, sock: socket.socket) -> None:
         """Set keepalives and the user timeout on a connected TCP socket (a unix
-        socket is left alone; an option the platform lacks is skipped)."""
+        socket is left alone; an option the platform lacks, or a kernel refuses, is
+        skipped and logged: a connection without the bound beats no connection)."""
         if sock.family not in (socket.AF_INET, socket.AF_INET6):
             return
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        for name, value in (
-            ("TCP_KEEPIDLE", self.keepalive_idle),
-            ("TCP_KEEPINTVL", self.keepalive_interval),
-            ("TCP_KEEPCNT", self.keepalive_count),
-            ("TCP_USER_TIMEOUT", self.user_timeout_ms),
+        for level, name, value in (
+            (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+            (socket.IPPROTO_TCP, "TCP_KEEPIDLE", self.keepalive_idle),
+            (socket.IPPROTO_TCP, "TCP_KEEPINTVL", self.keepalive_interval),
+            (socket.IPPROTO_TCP, "TCP_KEEPCNT", self.keepalive_count),
+            (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", self.user_timeout_ms),
         ):
             option = getattr(socket, name, None)
-            if option is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+            if option is None:
+                continue
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError as exc:
+                logger.warning("cannot set %s on a database connection (%s)", name, exc)

@@ -8,6 +8,7 @@ import pytest
 
 from kombu_sqlqueue.exceptions import ConfigurationError
 from kombu_sqlqueue.options import TransportOptions
+from kombu_sqlqueue.store import StoreOptions
 from kombu_sqlqueue.store.network import SilenceBound
 
 
@@ -42,8 +43,21 @@ def test_a_unix_socket_is_left_alone() -> None:
         assert left.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
 
 
-def test_the_option_defaults_to_30_seconds_and_refuses_less_than_one() -> None:
+def test_an_option_the_kernel_refuses_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:  # no TCP options on UDP
+        SilenceBound(9).apply(udp)
+    assert "cannot set TCP_KEEPIDLE" in caplog.text
+
+
+def test_the_option_defaults_to_30_seconds_and_refuses_what_no_kernel_takes() -> None:
     assert TransportOptions.from_mapping({}).store_options().network_timeout == 30.0
     assert TransportOptions.from_mapping({"network_timeout": 4}).network_timeout == 4.0
     with pytest.raises(ConfigurationError, match="network_timeout must be >= 1"):
         TransportOptions.from_mapping({"network_timeout": 0.5})
+    for wrong in (float("inf"), float("nan"), 3e6):
+        with pytest.raises(ConfigurationError, match="network_timeout must be"):
+            TransportOptions.from_mapping({"network_timeout": wrong})
+        with pytest.raises(ConfigurationError, match="between 1 and 2,000,000 seconds"):
+            StoreOptions(network_timeout=wrong)

@@ -14,7 +14,6 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -174,15 +173,18 @@ class MySQLQueries(Queries):
 def _bound_silence(dbapi_conn: Any, bound: SilenceBound) -> None:
     """Set ``bound``'s options on the TCP socket under a driver's connection. PyMySQL
     keeps the socket as ``_sock`` (private, stable since 0.6); mysqlclient gives its
-    descriptor (``fileno()``), and options set through a duplicate are the socket's."""
+    descriptor (``fileno()``), borrowed by a socket object and given back."""
     sock = getattr(dbapi_conn, "_sock", None)
     if isinstance(sock, socket.socket):
         bound.apply(sock)
         return
     fileno = getattr(dbapi_conn, "fileno", None)
     if callable(fileno):
-        with socket.socket(fileno=os.dup(fileno())) as duplicate:
-            bound.apply(duplicate)
+        borrowed = socket.socket(fileno=fileno())
+        try:
+            bound.apply(borrowed)
+        finally:
+            borrowed.detach()  # the descriptor stays the driver's
 
 
 class MySQLEngine(ServerEngine):
@@ -212,7 +214,8 @@ class MySQLEngine(ServerEngine):
 
         # Neither driver takes keepalive settings, and their read timeouts would cut a
         # long statement on a live server (a lock wait): the socket gets them itself.
-        @sa.event.listens_for(engine, "connect")
+        # insert=True: before SQLAlchemy's own first-connect queries (dialect.initialize).
+        @sa.event.listens_for(engine, "connect", insert=True)
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             _bound_silence(dbapi_conn, bound)
 
