@@ -316,11 +316,21 @@ def _galera_conflicts(nodes: list[servers.Server]) -> tuple[int, int]:
     return cert, bf
 
 
-def _send_and_wait(broker_url: str, labels: list[str], out_file: Path, timeout: float) -> None:
+def _send_and_wait(
+    broker_url: str,
+    labels: list[str],
+    out_file: Path,
+    timeout: float,
+    midway: Callable[[], None] | None = None,
+) -> None:
+    """Send an ``e2e.record`` task per label in a steady stream (``midway`` called after
+    the 600th send: the fault, mid-run), then wait until every one has run."""
     app = create_app(broker_url, visibility=VISIBILITY)
     try:
         for n, label in enumerate(labels):
             app.send_task("e2e.record", (label,))
+            if n == 600 and midway is not None:
+                midway()
             if n % 50 == 49:
                 time.sleep(0.05)
     finally:
@@ -366,23 +376,13 @@ def test_a_galera_node_killed_mid_run_loses_no_task(
     urls = [f"sqlqueue+mysql://root@127.0.0.1:{node.port}/q" for node in galera]
     workers = start_workers(spawn, urls[1:], out_file)
     labels = [f"k{n}" for n in range(2000)]
-    app = create_app(urls[0], visibility=VISIBILITY)
-    try:
-        for n, label in enumerate(labels):
-            app.send_task("e2e.record", (label,))
-            if n == 600:
-                wait_until(lambda: len(task_events(out_file)) >= 300, 60, what="work under way")
-                galera[2].proc.kill()
-                galera[2].proc.wait(timeout=30)
-            if n % 50 == 49:
-                time.sleep(0.05)
-    finally:
-        app.close()
-    wait_until(
-        lambda: {e["label"] for e in task_events(out_file)} >= set(labels),
-        150,
-        what="every task run",
-    )
+
+    def kill_node_2() -> None:
+        wait_until(lambda: len(task_events(out_file)) >= 300, 60, what="work under way")
+        galera[2].proc.kill()
+        galera[2].proc.wait(timeout=30)
+
+    _send_and_wait(urls[0], labels, out_file, 150, midway=kill_node_2)
     runs = Counter(e["label"] for e in task_events(out_file))
     print(
         f"galera node killed: {len(labels)} tasks, 0 lost, "
