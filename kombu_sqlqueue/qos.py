@@ -435,7 +435,7 @@ class QoS(virtual.QoS):
                 settlement = self._settlement(held, "ack", write)
                 self.channel.connection.pending.settle(settlement)
         super().ack(delivery_tag)
-        self.channel.connection.room_freed.set()
+        self.channel.connection.free_room()
 
     def room(self) -> int | None:
         """How many more deliveries the consumer's prefetch allows now (None: no limit)."""
@@ -499,7 +499,7 @@ class QoS(virtual.QoS):
                 )
             self.channel.connection.pending.settle(settlement)
         self._quick_ack(delivery_tag)
-        self.channel.connection.room_freed.set()
+        self.channel.connection.free_room()
 
     def _queue_of(self, delivery_tag: str) -> str | None:
         held = self.channel.connection.held.get(delivery_tag)

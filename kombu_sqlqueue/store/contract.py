@@ -263,6 +263,12 @@ class JobContract(DeliveryStore, Protocol):
         """This consumer will not wait for a while: wake another idle one meanwhile."""
         ...
 
+    def interrupt_wait(self) -> None:
+        """End this store's idle wait now (from another thread), or the next one at once if
+        none is under way: it returns False, as on a timeout. For room freed while waiting
+        (an ack from a pool's result thread): the consumer can claim again."""
+        ...
+
 
 def open_store(url: str, options: StoreOptions | None = None) -> JobContract:
     """Open the job store at ``url``: :class:`~.memory.MemoryJobStore` for ``memory://…``

@@ -236,6 +236,8 @@ class MemoryJobStore:
         self._space = _space(self.name)
         with self._space.lock:
             self._seen = self._space.wakeups
+        #: Set by :meth:`interrupt_wait`, taken by the wait it ends.
+        self._interrupted = False
 
     def _now(self) -> int:
         return int(self.clock())
@@ -649,6 +651,8 @@ class MemoryJobStore:
         wanted = None if queues is None else set(queues)
 
         def woken() -> bool:
+            if self._interrupted:
+                return True
             if wanted is None:
                 return s.wakeups > self._seen
             return any(s.woken.get(q, 0) > self._seen for q in wanted)
@@ -656,6 +660,8 @@ class MemoryJobStore:
         with s.ready:
             found = s.ready.wait_for(woken, timeout=seconds)
             self._seen = s.wakeups
+            if self._interrupted:
+                self._interrupted = found = False
         return found
 
     def wakes_on_enqueue(self) -> bool:
@@ -664,6 +670,13 @@ class MemoryJobStore:
 
     def stop_waiting(self) -> None:
         """Nothing to pass on: one process, every waiter is woken."""
+
+    def interrupt_wait(self) -> None:
+        """End this store's wait under way (or the next one) early, returning False."""
+        s = self._space
+        with s.ready:
+            self._interrupted = True
+            s.ready.notify_all()
 
 
 class MemoryTopology:

@@ -629,6 +629,10 @@ class JobStore(TableStore):
         more): another idle consumer of its queues is woken meanwhile."""
         self._waits.leave()
 
+    def interrupt_wait(self) -> None:
+        """End the idle wait under way (or the next one) early: see ``JobContract``."""
+        self._waits.interrupt()
+
     def close(self) -> None:
         """Close every pooled connection (and the wake-up listener)."""
         self._waits.close()

@@ -7,7 +7,7 @@ listener is opened on the first wait — a producer never opens one — and trie
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable, Collection
 
 from .engines.base import Listener
@@ -20,6 +20,9 @@ class IdleWaits:
         self._open_listener = open_listener
         self._listener: Listener | None = None
         self._tried = False
+        #: Set by :meth:`interrupt`; taken by the wait it ends (a listener's own wait is
+        #: interrupted by the listener).
+        self._interrupted = threading.Event()
 
     def wait(
         self, seconds: float, queues: Collection[str] | None, private: Collection[str]
@@ -27,12 +30,19 @@ class IdleWaits:
         """Up to ``seconds``; True when woken early by a job on one of ``queues``."""
         if seconds <= 0:
             return False
+        if self._interrupted.is_set():  # before this wait (perhaps before the listener)
+            self._interrupted.clear()
+            return False
         if self._listener is None and not self._tried:
             self._tried = True
             self._listener = self._open_listener()
         if self._listener is not None:
-            return self._listener.wait(seconds, queues, private)
-        time.sleep(seconds)
+            woken = self._listener.wait(seconds, queues, private)
+            # An interrupt from here on reaches the listener's next wait as well.
+            self._interrupted.clear()
+            return woken
+        if self._interrupted.wait(seconds):
+            self._interrupted.clear()
         return False
 
     def wakes(self) -> bool:
@@ -43,6 +53,13 @@ class IdleWaits:
         """This consumer will not wait for a while: another idle one is woken meanwhile."""
         if self._listener is not None:
             self._listener.leave()
+
+    def interrupt(self) -> None:
+        """End the wait under way (from another thread), or the next one, early: it returns
+        False, as on a timeout."""
+        self._interrupted.set()
+        if self._listener is not None:
+            self._listener.interrupt()
 
     def close(self) -> None:
         """Release the listening connection (a later wait opens none again)."""

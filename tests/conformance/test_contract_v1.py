@@ -853,3 +853,38 @@ def test_publishers_racing_one_key_in_separate_processes_write_one_row(
     assert sum(written) == 1
     assert stored_count(seed) == 1
     seed.close()
+
+
+# -- idle waits --------------------------------------------------------------------------
+
+
+def _wait_in_thread(store: JobContract, seconds: float) -> tuple[threading.Thread, list[bool]]:
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(store.wait_for_jobs(seconds, ["work"])))
+    thread.start()
+    return thread, result
+
+
+def test_an_interrupt_ends_a_wait_under_way_as_a_timeout_would(store: JobContract) -> None:
+    """From another thread (an ack freeing prefetch room, from a pool's result thread): the
+    wait returns False long before its 60 s."""
+    assert store.wait_for_jobs(0.01, ["work"]) is False  # the listener (if any) open
+    thread, result = _wait_in_thread(store, 60)
+    time.sleep(0.2)  # most likely inside the wait by now; if not, the next test's case
+    store.interrupt_wait()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "interrupt_wait did not end the wait"
+    assert result == [False]
+
+
+def test_an_interrupt_before_a_wait_ends_the_next_one_at_once(db_url: str) -> None:
+    """Made before the store ever waited (no listener opened yet): the first wait returns."""
+    store = open_store(db_url, StoreOptions())
+    try:
+        store.interrupt_wait()
+        thread, result = _wait_in_thread(store, 60)
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the interrupt made before the wait was lost"
+        assert result == [False]
+    finally:
+        store.close()

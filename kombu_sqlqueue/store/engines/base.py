@@ -44,6 +44,11 @@ class Listener:
         """True while an enqueue is sure to wake an idle consumer (none is lost)."""
         return False
 
+    def interrupt(self) -> None:
+        """End the wait under way (from another thread), or the next one, at once: it
+        returns False, as on a timeout."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release the listening connection."""
 

@@ -26,10 +26,12 @@ Overrides, each for a reason:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import select
+import socket
 import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -476,6 +478,11 @@ class PgListener(Listener):
         self._state = "none"
         self._lock = threading.Lock()
         self._lost = False
+        #: :meth:`interrupt` writes a byte here (from any thread); every wait selects on the
+        #: other end, so the write ends a wait under way, or the next one at once.
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
 
     def wait(
         self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
@@ -497,8 +504,19 @@ class PgListener(Listener):
                     logger.warning("LISTEN connection lost (%s); polling until it reconnects", exc)
                 self._lost = True
                 self._close()
-        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+        left = max(0.0, seconds - (time.monotonic() - started))
+        if select.select([self._wake_read], [], [], left)[0]:
+            self._take_interrupt()
         return False
+
+    def interrupt(self) -> None:
+        with contextlib.suppress(OSError):  # one byte already waiting is enough; or closed
+            self._wake_write.send(b"!")
+
+    def _take_interrupt(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_read.recv(64):
+                pass
 
     def _wait(self, deadline: float, shared: frozenset[str], mine: frozenset[str]) -> bool:
         self._listen_direct(mine)
@@ -527,11 +545,10 @@ class PgListener(Listener):
                 return False
             if shared and self._state == "none":
                 self._ask_turn(left)
-            sockets = [s for s in (self._turn, self._direct) if s is not None]
-            if not sockets:
-                time.sleep(left)
+            sockets: list[Any] = [s for s in (self._turn, self._direct) if s is not None]
+            if self._wake_read in select.select([*sockets, self._wake_read], [], [], left)[0]:
+                self._take_interrupt()
                 return False
-            select.select(sockets, [], [], left)
 
     def _ask_turn(self, seconds: float) -> None:
         """Join the line for the turn; if granted within ``seconds``, LISTEN on the shared
@@ -618,3 +635,5 @@ class PgListener(Listener):
     def close(self) -> None:
         with self._lock:
             self._close()
+            self._wake_read.close()
+            self._wake_write.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -301,6 +302,8 @@ class SQLiteListener(Listener):
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._seen: int | None = None
+        #: Set by :meth:`interrupt`; taken by the wait it ends.
+        self._interrupted = threading.Event()
 
     def _version(self) -> int | None:
         """The file's commit counter, or None when it cannot be read (then: a plain sleep)."""
@@ -320,7 +323,7 @@ class SQLiteListener(Listener):
         deadline = time.monotonic() + seconds
         seen = self._version()
         if seen is None:
-            time.sleep(max(0.0, seconds))
+            self._sleep(seconds)
             return False
         if self._seen is not None and seen != self._seen:
             self._seen = seen
@@ -328,16 +331,27 @@ class SQLiteListener(Listener):
         self._seen = seen
         pause = WAKE_CHECK_FIRST
         while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(pause, left))
+            if self._sleep(min(pause, left)):
+                return False
             pause = min(pause * 2, WAKE_CHECK_MAX)
             now = self._version()
             if now is None:
-                time.sleep(max(0.0, deadline - time.monotonic()))
+                self._sleep(deadline - time.monotonic())
                 return False
             if now != seen:
                 self._seen = now
                 return True
         return False
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True (the interrupt taken) when :meth:`interrupt` ended it."""
+        if self._interrupted.wait(max(0.0, seconds)):
+            self._interrupted.clear()
+            return True
+        return False
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
 
     def close(self) -> None:
         if self._conn is not None:
