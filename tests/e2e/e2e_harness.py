@@ -200,3 +200,25 @@ def task_lines(path: Path) -> list[dict[str, Any]]:
 def task_events(path: Path, event: str = "ran") -> list[dict[str, Any]]:
     """The lines of one event (``started``, ``ran``)."""
     return [r for r in task_lines(path) if r["event"] == event]
+
+
+def celery_worker_args(
+    node: str,
+    *options: str,
+    app: str = "apps.celery_app",
+    pool: str = "prefork",
+    concurrency: int = 2,
+) -> list[str]:
+    """The command line of a ``celery worker`` of one of the e2e apps: ``pool`` (two
+    children by default; the solo pool has none), log level info, node name ``node@%h``,
+    then ``options`` (``-Q``, ``--without-gossip``…)."""
+    children = [] if pool == "solo" else ["-c", str(concurrency)]
+    return [
+        sys.executable, "-m", "celery", "-A", app, "worker",
+        f"--pool={pool}", *children, "-l", "info", "-n", f"{node}@%h", *options,
+    ]  # fmt: skip
+
+
+def written_ids(path: Path) -> list[str]:
+    """The ids a producer or worker wrote to ``path``, one per line or space ([] if none)."""
+    return path.read_text().split() if path.exists() else []

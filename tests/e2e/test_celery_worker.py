@@ -6,14 +6,13 @@ Tasks append JSON lines to a file (``E2E_OUT``); there is no result backend.
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from celery import Celery
-from e2e_harness import E2E_VISIBILITY, Proc, sql, task_events, wait_until
+from e2e_harness import E2E_VISIBILITY, Proc, celery_worker_args, sql, task_events, wait_until
 
 from kombu_sqlqueue.store import JobStore
 
@@ -32,10 +31,7 @@ def start_worker(
         n = next(counter)
         worker = spawn(
             f"worker{n}",
-            [
-                sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-                "--pool=prefork", "-c", str(concurrency), "-l", "info", "-n", f"e2e{n}@%h",
-            ],
+            celery_worker_args(f"e2e{n}", concurrency=concurrency),
             E2E_BROKER_URL=broker_url,
             E2E_OUT=str(out_file),
             E2E_VISIBILITY=str(VISIBILITY),

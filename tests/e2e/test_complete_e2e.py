@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from e2e_harness import E2E_VISIBILITY, Proc, sql, task_lines, wait_until
+from e2e_harness import E2E_VISIBILITY, Proc, celery_worker_args, sql, task_lines, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -31,10 +30,7 @@ def start_worker(
         n = next(counter)
         worker = spawn(
             f"worker{n}",
-            [
-                sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-                f"--pool={pool}", "-c", str(concurrency), "-l", "info", "-n", f"c{n}@%h",
-            ],
+            celery_worker_args(f"c{n}", pool=pool, concurrency=concurrency),
             E2E_BROKER_URL=broker_url,
             E2E_DB_URL=db_url,
             E2E_OUT=str(out_file),

@@ -19,20 +19,19 @@ from typing import Any
 
 import pytest
 from apps.celery_app import create_app
-from e2e_harness import E2E_DIR, Proc, sql, wait_until
+from e2e_harness import E2E_DIR, Proc, celery_worker_args, sql, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def start_workers(
-    spawn: Callable[..., Proc], broker_url: str, tmp_path: Path, *pool: str
+    spawn: Callable[..., Proc], broker_url: str, tmp_path: Path, pool: str = "solo"
 ) -> list[Proc]:
     started = []
     for name in ("alpha", "beta"):
         worker = spawn(
             name,
-            [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-             *(pool or ["--pool=solo"]), "-l", "info", "-n", f"{name}@%h"],
+            celery_worker_args(name, pool=pool),
             E2E_BROKER_URL=broker_url,
             E2E_OUT=str(tmp_path / "tasks.jsonl"),
         )  # fmt: skip
@@ -155,7 +154,7 @@ def test_inspect_and_control_commands_reach_both_workers_and_act(
     spawn: Callable[..., Proc], broker_url: str, db_url: str, tmp_path: Path
 ) -> None:
     # A thread pool: a solo worker answers nothing while it runs a task, on any broker.
-    workers = start_workers(spawn, broker_url, tmp_path, "--pool=threads", "--concurrency=2")
+    workers = start_workers(spawn, broker_url, tmp_path, "threads")
     app = create_app(broker_url)
     try:
         # `limit=2`: return as soon as both workers replied (the CLI waits out its timeout).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,7 +20,15 @@ import servers
 import sqlalchemy as sa
 from apps.celery_app import create_app
 from celery import Celery
-from e2e_harness import Proc, consumer_args, producer_args, task_events, wait_until
+from e2e_harness import (
+    Proc,
+    celery_worker_args,
+    consumer_args,
+    producer_args,
+    task_events,
+    wait_until,
+    written_ids,
+)
 from support import unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -33,14 +40,10 @@ def start_workers(spawn: Callable[..., Proc], brokers: list[str], out_file: Path
     """A ``celery worker`` (prefork, 2 children, prefetch 4) on each of ``brokers``."""
     workers = []
     for n, broker_url in enumerate(brokers):
-        args = [
-            sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-            "--pool=prefork", "-c", "2", "-l", "info", "-n", f"faults{n}@%h",
-        ]  # fmt: skip
         workers.append(
             spawn(
                 f"worker{n}",
-                args,
+                celery_worker_args(f"faults{n}"),
                 E2E_BROKER_URL=broker_url,
                 E2E_OUT=str(out_file),
                 E2E_VISIBILITY=str(VISIBILITY),
@@ -221,10 +224,6 @@ def primary_and_standby() -> Iterator[tuple[servers.Server, servers.Server]]:
                 server.stop()
 
 
-def _ids(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
-
-
 def test_the_primary_killed_and_its_synchronous_standby_promoted_loses_no_publish(
     primary_and_standby: tuple[servers.Server, servers.Server],
     spawn: Callable[..., Proc],
@@ -250,11 +249,11 @@ def test_the_primary_killed_and_its_synchronous_standby_promoted_loses_no_publis
         "publisher",
         producer_args(broker, "q", 3000, "f", "--interval", "0.002", "--out", str(published)),
     )
-    wait_until(lambda: len(_ids(published)) >= 800, 60, what="publishing under way")
+    wait_until(lambda: len(written_ids(published)) >= 800, 60, what="publishing under way")
     killed_at = time.time()
     primary.proc.kill()
     primary.proc.wait(timeout=30)
-    before = len(_ids(published))  # the primary is gone: the rest can only go to the standby
+    before = len(written_ids(published))  # the primary is gone: the rest can only go to the standby
     admin = sa.create_engine(standby.admin_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
@@ -262,17 +261,17 @@ def test_the_primary_killed_and_its_synchronous_standby_promoted_loses_no_publis
     finally:
         admin.dispose()
     assert publisher.wait(timeout=150) == 0, publisher.output[-4000:]
-    returned = _ids(published)
+    returned = written_ids(published)
     assert len(returned) == 3000
     wait_until(
-        lambda: set(returned) <= {i for out in ran for i in _ids(out)},
+        lambda: set(returned) <= {i for out in ran for i in written_ids(out)},
         120,
         what="every returned publish run",
     )
     stop.touch()
     for consumer in consumers:
         assert consumer.wait(timeout=60) == 0, consumer.output[-4000:]
-    runs = Counter(i for out in ran for i in _ids(out))
+    runs = Counter(i for out in ran for i in written_ids(out))
     after = [
         e["t"]
         for c in consumers

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from apps.orders_app import ORDERS, QUEUE, app_engine, create_app
-from e2e_harness import Proc, wait_until
+from e2e_harness import Proc, celery_worker_args, wait_until
 
 from kombu_sqlqueue import enlist
 from kombu_sqlqueue.store import JobStore
@@ -62,8 +62,7 @@ def backlog(broker_url: str) -> int:
 def start_worker(spawn: Callable[..., Proc], broker_url: str, out_file: Path) -> Proc:
     worker = spawn(
         "worker",
-        [sys.executable, "-m", "celery", "-A", "apps.orders_app", "worker",
-         "--pool=prefork", "-c", "2", "-l", "info", "-Q", QUEUE],
+        celery_worker_args("orders", "-Q", QUEUE, app="apps.orders_app"),
         E2E_BROKER_URL=broker_url,
         E2E_OUT=str(out_file),
     )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from apps.celery_app import create_app
-from e2e_harness import Proc, sql, wait_until
+from e2e_harness import Proc, celery_worker_args, sql, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -40,8 +40,7 @@ def test_monitor_receives_heartbeats_and_task_events_of_a_worker_run_with_E(
         ready.wait(10)
         worker = spawn(
             "evented",
-            [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-             "--pool=solo", "-E", "-l", "info", "-n", "evented@%h"],
+            celery_worker_args("evented", "-E", pool="solo"),
             E2E_BROKER_URL=broker_url,
             E2E_OUT=str(tmp_path / "tasks.jsonl"),
         )  # fmt: skip
@@ -99,8 +98,7 @@ def test_celery_events_dump_shows_heartbeats_and_task_events_and_leaves_nothing(
     wait_until(bound, 60, what="`celery events` bound to celeryev")
     worker = spawn(
         "evented",
-        [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-         "--pool=solo", "-E", "-l", "info", "-n", "dumped@%h"],
+        celery_worker_args("dumped", "-E", pool="solo"),
         E2E_BROKER_URL=broker_url,
         E2E_OUT=str(tmp_path / "tasks.jsonl"),
     )  # fmt: skip
@@ -152,8 +150,7 @@ def test_a_killed_monitors_queue_and_its_events_go_within_its_expiry(
     expires = 4.0  # Celery's event_queue_expires (default 60 s), shortened for the test
     worker = spawn(
         "evented",
-        [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-         "--pool=solo", "-E", "-l", "info", "-n", "survivor@%h"],
+        celery_worker_args("survivor", "-E", pool="solo"),
         E2E_BROKER_URL=broker_url,
         E2E_OUT=str(tmp_path / "tasks.jsonl"),
     )  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from apps.celery_app import create_app
-from e2e_harness import Proc, sql, wait_until
+from e2e_harness import Proc, celery_worker_args, sql, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -91,8 +91,7 @@ def test_flower_api_lists_the_worker_and_its_completed_task(
     env = {"E2E_BROKER_URL": broker_url, "E2E_OUT": str(out)}
     worker = spawn(
         "watched",
-        [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-         "--pool=solo", "-E", "-l", "info", "-n", "watched@%h"],
+        celery_worker_args("watched", "-E", pool="solo"),
         **env,
     )  # fmt: skip
     worker.wait_text("ready.", timeout=60)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from celery import Celery
-from e2e_harness import Proc, sql, wait_until
+from e2e_harness import Proc, celery_worker_args, sql, wait_until
 
 from kombu_sqlqueue.store import JobStore
 from kombu_sqlqueue.store.model import Holding
@@ -28,11 +27,9 @@ VISIBILITY = 600
 def worker(spawn: Callable[..., Proc], broker_url: str, out_file: Path, name: str) -> Proc:
     proc = spawn(
         f"worker-{name}-{time.monotonic_ns()}",
-        [
-            sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-            "--pool=prefork", "-c", "1", "-l", "info", "-n", f"{name}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ],
+        celery_worker_args(
+            name, "--without-gossip", "--without-mingle", "--without-heartbeat", concurrency=1
+        ),
         E2E_BROKER_URL=broker_url,
         E2E_OUT=str(out_file),
         E2E_VISIBILITY=str(VISIBILITY),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 from apps.celery_app import QUEUE, create_app
-from e2e_harness import Proc, task_events, wait_until
+from e2e_harness import Proc, celery_worker_args, task_events, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -82,8 +82,7 @@ def test_celery_migrate_moves_a_redis_backlog_and_a_worker_runs_it_once(
 
     worker = spawn(
         "worker",
-        [sys.executable, "-m", "celery", "-A", "apps.celery_app", "worker",
-         "--pool=prefork", "-c", "2", "-l", "info", "-Q", QUEUE],
+        celery_worker_args("migrated", "-Q", QUEUE),
         E2E_BROKER_URL=broker_url,
         E2E_OUT=str(out_file),
     )  # fmt: skip

@@ -31,7 +31,7 @@ from pathlib import Path
 import netns
 import pytest
 import servers
-from e2e_harness import Proc, consumer_args, producer_args, sql, wait_until
+from e2e_harness import Proc, consumer_args, producer_args, sql, wait_until, written_ids
 from support import unavailable
 
 pytestmark = pytest.mark.timeout(300)
@@ -78,10 +78,6 @@ def server(request: pytest.FixtureRequest, link: netns.Link) -> Iterator[servers
         yield started
     finally:
         started.stop()
-
-
-def _ids(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
 
 
 def _losses(proc: Proc) -> list[float]:
@@ -153,20 +149,20 @@ def test_a_partition_longer_than_the_visibility_timeout_loses_nothing_and_hangs_
     after = spawn("after", producer_args(near, QUEUE, 5, "after", *options))
     assert after.wait(timeout=60) == 0, after.output[-4000:]
     wait_until(
-        lambda: {f"after-{n}" for n in range(5)} <= set(_ids(ran_far)),
+        lambda: {f"after-{n}" for n in range(5)} <= set(written_ids(ran_far)),
         60,
         what="the victim running what was published after the cut",
     )
 
     # Every publish that returned ran (some twice: at least once is the promise).
-    returned = set(_ids(published))
+    returned = set(written_ids(published))
     assert len(returned) == 600
     wait_until(
-        lambda: returned <= set(_ids(ran_near)) | set(_ids(ran_far)),
+        lambda: returned <= set(written_ids(ran_near)) | set(written_ids(ran_far)),
         120,
         what="every returned publish run",
     )
-    assert held["body"]["id"] in _ids(ran_near)  # the survivor's run of it was acked
+    assert held["body"]["id"] in written_ids(ran_near)  # the survivor's run of it was acked
     stop_far.touch()
     assert victim.wait(timeout=60) == 0, victim.output[-4000:]
     assert sql(near.removeprefix("sqlqueue+"), "SELECT count(*) FROM askr_jobs") == [(0,)]
