@@ -3,7 +3,7 @@
 Usage::
 
     python bench/bench_celery_drain.py [--tasks 3000] [--rounds 3] [--concurrency 4]
-        [--prefetch-multiplier 4] [--workers 1]
+        [--prefetch-multiplier 4] [--workers 1] [--task-ms 0] [--remote-control]
 
 Per round and broker, on a fresh throwaway server (``tests/servers.py``: PostgreSQL with
 ``synchronous_commit=on`` and fsync, ``redis-server`` without persistence): ``--tasks`` no-op
@@ -11,8 +11,9 @@ tasks are sent (``send_task``, one committed row each) with no worker running; t
 ``--workers`` ``celery worker -P prefork -c C`` processes start, and the rate is tasks /
 (last task run − first task run), so worker start-up is excluded. The app is
 ``celery_bench_app.py``'s (``task_acks_late``, ``worker_prefetch_multiplier``, no results,
-no events). Exactly ``--tasks`` runs must be recorded (checked again 1 s after the last), else
-the run fails.
+no events; ``--remote-control``: Celery's default, a broadcast queue beside the task queue;
+``--task-ms``: each task sleeps that long). Exactly ``--tasks`` runs must be recorded
+(checked again 1 s after the last), else the run fails.
 The brokers alternate within a round, the order flipping each round; printed: each round's
 rate, the medians and their ratio.
 """
@@ -63,6 +64,8 @@ def drain_once(broker: str, args: argparse.Namespace, workdir: Path) -> float:
             BENCH_BROKER_URL=url,
             BENCH_PREFETCH_MULTIPLIER=str(args.prefetch_multiplier),
             BENCH_DONE_FILE=str(done),
+            BENCH_REMOTE_CONTROL="1" if args.remote_control else "0",
+            BENCH_TASK_SECONDS=str(args.task_ms / 1000),
         )
         celery = Path(sys.executable).with_name("celery")
         for k in range(args.workers):
@@ -106,12 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefetch-multiplier", type=int, default=4)
     p.add_argument("--workers", type=int, default=1, help="celery worker processes")
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--task-ms", type=float, default=0.0, help="each task sleeps this long")
+    p.add_argument(
+        "--remote-control", action="store_true", help="Celery's default: a broadcast queue too"
+    )
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     rates: dict[str, list[float]] = {b: [] for b in BROKERS}
     print(
         f"{args.tasks} tasks, {args.workers} x celery worker -P prefork -c {args.concurrency}, "
-        f"prefetch multiplier {args.prefetch_multiplier}, acks late; code {code_version()}",
+        f"prefetch multiplier {args.prefetch_multiplier}, acks late, tasks of "
+        f"{args.task_ms:g} ms, remote control {'on' if args.remote_control else 'off'}; "
+        f"code {code_version()}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-celery-drain-") as tmp:

@@ -20,9 +20,16 @@ TASK_NAME = "bench.noop"
 
 
 def make_app(
-    broker_url: str, prefetch_multiplier: int, transport_options: dict[str, Any] | None = None
+    broker_url: str,
+    prefetch_multiplier: int,
+    transport_options: dict[str, Any] | None = None,
+    *,
+    remote_control: bool = False,
+    task_seconds: float = 0.0,
 ) -> Celery:
-    """A Celery app with no result backend, late acks and the given prefetch."""
+    """A Celery app with no result backend, late acks and the given prefetch.
+    ``remote_control``: Celery's default (a broadcast ``pidbox`` queue beside the task
+    queue); ``task_seconds``: what each task sleeps (a task that does some work)."""
     app = Celery("celery_bench_app", broker=broker_url, backend=None, set_as_current=False)
     app.conf.update(
         task_acks_late=True,
@@ -32,9 +39,9 @@ def make_app(
         task_default_queue=QUEUE,
         task_serializer="json",
         accept_content=["json"],
-        # Identical for every transport: no remote control (pidbox is a fanout
-        # exchange, which the SQL transports lack), no events, no gossip.
-        worker_enable_remote_control=False,
+        # Identical for every transport: no remote control unless asked (pidbox is a
+        # fanout exchange, which Kombu's SQLAlchemy transport lacks), no events, no gossip.
+        worker_enable_remote_control=remote_control,
         worker_send_task_events=False,
         task_send_sent_event=False,
         broker_connection_retry_on_startup=True,
@@ -49,6 +56,8 @@ def make_app(
     def noop(i: int) -> None:
         # Completion marker: one timestamped line per task in a shared file
         # (O_APPEND writes of a few bytes are atomic across processes).
+        if task_seconds:
+            time.sleep(task_seconds)
         path = os.environ.get("BENCH_DONE_FILE")
         if path is None:
             return None
@@ -64,4 +73,6 @@ app = make_app(
     os.environ.get("BENCH_BROKER_URL", "memory://"),
     int(os.environ.get("BENCH_PREFETCH_MULTIPLIER", "8")),
     json.loads(os.environ.get("BENCH_TRANSPORT_OPTIONS", "{}")),
+    remote_control=os.environ.get("BENCH_REMOTE_CONTROL") == "1",
+    task_seconds=float(os.environ.get("BENCH_TASK_SECONDS", "0")),
 )
