@@ -693,14 +693,16 @@ class Transport(virtual.Transport):
             # No-ack queues (a worker's broadcast and reply queues) are read by this
             # consumer alone: it is woken for each of their messages, whoever else waits.
             private = {q for channel in self.channels for q in channel.consumer.noack_queues}
-            # A channel whose prefetch is full (a Celery worker's task channel, while its
+            # A channel whose prefetch was full (a Celery worker's task channel, while its
             # broadcast channel has room) claims again as soon as an ack frees room: that
             # ack — from a prefork pool's result thread — ends the wait (measured: without
             # it each prefetch round waited out the polling interval, ~90 ms on PostgreSQL).
-            self._wait_ends_on_room = self._some_prefetch_full()
+            # Decided by whether a channel *has* a limit, not whether it is full now: an ack
+            # that lands between the claim and this line has already made room.
+            self._wait_ends_on_room = self._has_prefetch_limit()
             try:
                 if self._wait_ends_on_room and self.room_freed.is_set():
-                    woken = False  # freed since the claim: claim again at once
+                    woken = False  # freed since the claim began: claim again at once
                 else:
                     woken = self.store.wait_for_jobs(wait, consumed, private & consumed)
             finally:
@@ -740,11 +742,9 @@ class Transport(virtual.Transport):
         busy = [channel for channel in self.channels if channel._consumers]
         return bool(busy) and not any(channel.qos.can_consume() for channel in busy)
 
-    def _some_prefetch_full(self) -> bool:
-        """True when a channel with consumers holds all its prefetch allows."""
-        return any(
-            channel._consumers and not channel.qos.can_consume() for channel in self.channels
-        )
+    def _has_prefetch_limit(self) -> bool:
+        """True when a channel with consumers has a prefetch limit (an ack can free room)."""
+        return any(channel._consumers and channel.qos.prefetch_count for channel in self.channels)
 
     def free_room(self) -> None:
         """An ack or reject freed prefetch room (from any thread): a wait for room ends,

@@ -30,15 +30,19 @@ class IdleWaits:
         """Up to ``seconds``; True when woken early by a job on one of ``queues``."""
         if seconds <= 0:
             return False
-        if self._interrupted.is_set():  # before this wait (perhaps before the listener)
-            self._interrupted.clear()
-            return False
         if self._listener is None and not self._tried:
             self._tried = True
             self._listener = self._open_listener()
-        if self._listener is not None:
-            woken = self._listener.wait(seconds, queues, private)
-            # An interrupt from here on reaches the listener's next wait as well.
+            # An interrupt made before the listener existed reached only the Event (one
+            # made after this check finds the listener: interrupt() sets, then looks).
+            if self._interrupted.is_set():
+                self._interrupted.clear()
+                return False
+        listener = self._listener
+        if listener is not None:
+            woken = listener.wait(seconds, queues, private)
+            # The listener keeps its own interrupt (taken by the wait it ends); the Event
+            # only matters before a listener exists.
             self._interrupted.clear()
             return woken
         if self._interrupted.wait(seconds):
@@ -58,8 +62,9 @@ class IdleWaits:
         """End the wait under way (from another thread), or the next one, early: it returns
         False, as on a timeout."""
         self._interrupted.set()
-        if self._listener is not None:
-            self._listener.interrupt()
+        listener = self._listener  # read once: close() may clear it meanwhile
+        if listener is not None:
+            listener.interrupt()
 
     def close(self) -> None:
         """Release the listening connection (a later wait opens none again)."""

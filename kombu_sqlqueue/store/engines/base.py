@@ -46,8 +46,8 @@ class Listener:
 
     def interrupt(self) -> None:
         """End the wait under way (from another thread), or the next one, at once: it
-        returns False, as on a timeout."""
-        raise NotImplementedError
+        returns False, as on a timeout. (A listener that cannot be interrupted leaves its
+        waits to end at their timeout.)"""
 
     def close(self) -> None:
         """Release the listening connection."""

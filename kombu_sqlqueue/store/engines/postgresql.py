@@ -483,6 +483,10 @@ class PgListener(Listener):
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
+        #: Orders interrupt() against close(): no byte is written to a closed (and perhaps
+        #: reused) descriptor. Not ``_lock``, which a wait holds.
+        self._wake_lock = threading.Lock()
+        self._wake_closed = False
 
     def wait(
         self, seconds: float, queues: Collection[str] | None = None, private: Collection[str] = ()
@@ -505,13 +509,19 @@ class PgListener(Listener):
                 self._lost = True
                 self._close()
         left = max(0.0, seconds - (time.monotonic() - started))
-        if select.select([self._wake_read], [], [], left)[0]:
-            self._take_interrupt()
+        try:
+            if select.select([self._wake_read], [], [], left)[0]:
+                self._take_interrupt()
+        except (OSError, ValueError):  # closed meanwhile (the store closing)
+            time.sleep(max(0.0, seconds - (time.monotonic() - started)))
         return False
 
     def interrupt(self) -> None:
-        with contextlib.suppress(OSError):  # one byte already waiting is enough; or closed
-            self._wake_write.send(b"!")
+        with self._wake_lock:
+            if self._wake_closed:
+                return
+            with contextlib.suppress(OSError):  # a byte already waiting is enough
+                self._wake_write.send(b"!")
 
     def _take_interrupt(self) -> None:
         with contextlib.suppress(OSError):
@@ -635,5 +645,7 @@ class PgListener(Listener):
     def close(self) -> None:
         with self._lock:
             self._close()
-            self._wake_read.close()
-            self._wake_write.close()
+            with self._wake_lock:
+                self._wake_closed = True
+                self._wake_read.close()
+                self._wake_write.close()
