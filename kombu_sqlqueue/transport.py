@@ -513,8 +513,8 @@ class Transport(virtual.Transport):
         self.held = HeldDeliveries()
         #: Set by every ack and reject: prefetch room freed (see :meth:`drain_events`).
         self.room_freed = threading.Event()
-        #: True while :meth:`drain_events` waits for jobs with a channel's prefetch full:
-        #: room freed then ends the wait (:meth:`free_room`).
+        #: True while :meth:`drain_events` waits for jobs with a channel that has a prefetch
+        #: limit: room freed then ends the wait (:meth:`free_room`).
         self._wait_ends_on_room = False
         #: Deliveries whose task settled them itself (see :meth:`fail_delivery`).
         self.settled_by_task = RecentTags()
@@ -748,7 +748,7 @@ class Transport(virtual.Transport):
 
     def free_room(self) -> None:
         """An ack or reject freed prefetch room (from any thread): a wait for room ends,
-        and so does a wait for jobs entered while a channel was full."""
+        and so does a wait for jobs entered while a channel has a prefetch limit."""
         self.room_freed.set()
         if self._wait_ends_on_room:
             self.store.interrupt_wait()
