@@ -33,7 +33,7 @@ from ..store.layouts import (
     loaded_layouts,
     table_layout,
 )
-from ..store.schema import CONTRACT_VERSION
+from ..store.schema import CONTRACT_TABLES, CONTRACT_VERSION
 from .connect import open_admin, store_url
 from .summary import summarize
 
@@ -198,7 +198,7 @@ def create_tables(url: str, sql: bool, **kw: Any) -> None:
     finally:
         store.close()
     click.echo(
-        "tables ready: askr_jobs, askr_failed_jobs, askr_bindings, askr_queues "
+        f"tables ready: {', '.join(spec.name for spec in CONTRACT_TABLES)} "
         f"(durable queue contract v{CONTRACT_VERSION})"
     )
 

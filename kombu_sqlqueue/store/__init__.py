@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .backoff import BackoffPolicy
 from .contract import DeliveryStore, JobContract, TopologyContract, open_store
+from .controls import QueueControl
 from .database import Database, StoreOptions, TableStore, parse_store_url
 from .memory import MemoryJobStore, MemoryTopology
 from .model import (
@@ -39,6 +40,7 @@ __all__ = [
     "MemoryJobStore",
     "MemoryTopology",
     "NewJob",
+    "QueueControl",
     "Receipt",
     "Route",
     "StoreOptions",

@@ -15,6 +15,7 @@ from typing import Any, Protocol, Self
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
+from .controls import QueueControl
 from .database import StoreOptions
 from .enlist import Enlistment
 from .memory import MemoryJobStore, is_memory_url
@@ -220,6 +221,19 @@ class JobContract(DeliveryStore, Protocol):
 
     def dead_letter_message(self, job: NewJob, reason: str) -> None:
         """Keep a message that never became a job as a dead letter of ``job.queue``."""
+        ...
+
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """Pause ``queue`` (for ``for_seconds``, or until resumed): claims hand out
+        nothing of it; held jobs still settle and publishes are still stored."""
+        ...
+
+    def resume(self, queue: str) -> bool:
+        """End a pause of ``queue``; False when it was not paused."""
+        ...
+
+    def controls(self) -> list[QueueControl]:
+        """Every queue's controls as stored, by queue name."""
         ...
 
     def backlog(self, queue: str) -> Backlog:

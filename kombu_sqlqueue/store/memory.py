@@ -30,6 +30,7 @@ from typing import Any, Self, TypeVar
 from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
 from .claiming import MAX_CLAIM_ROUNDS, ClaimedRow, ClaimParams, exhausted_reason, screen
+from .controls import QueueControl, check_pause, claim_allowance
 from .database import StoreOptions
 from .enlist import Enlistment
 from .model import (
@@ -153,6 +154,8 @@ class _Space:
         self.queues: dict[str, _QueueRecord] = {}
         #: What another package keeps beside this name's jobs (``MemoryJobStore.beside``).
         self.beside: dict[str, Any] = {}
+        #: queue → its controls (``askr_queue_controls``).
+        self.controls: dict[str, QueueControl] = {}
         #: (queue, dedupe key) → when first written (``askr_dedupe``).
         self.dedupe: dict[tuple[str, str], int] = {}
         #: Wake-ups so far, and the number of the last one per queue.
@@ -338,6 +341,13 @@ class MemoryJobStore:
     def _claim_in(self, params: ClaimParams, max_attempts: int | None) -> ClaimResult:
         s = self._space
         now, token = params.now, params.token
+        control = s.controls.get(params.queue)
+        if control is not None and not control.in_force(now):
+            del s.controls[params.queue]  # a pause whose time ran out (control_drop_idle)
+            control = None
+        params = params.more(min(params.n, claim_allowance(control, now, params.n)))
+        if params.n <= 0:
+            return ClaimResult([])
         jobs: list[ClaimedJob] = []
         dead = expired = 0
         # Rounds as JobStore's: a round that met expired rows and came up short claims again.
@@ -430,6 +440,30 @@ class MemoryJobStore:
             result = self._claim_in(params, max_attempts) if n > 0 else ClaimResult([])
         result.log(logger, queue)
         return acked, result
+
+    # -- flow control ----------------------------------------------------------------
+
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """Pause ``queue``, as :meth:`JobStore.pause <.store.JobStore.pause>` does."""
+        now = self.clock()
+        control = QueueControl(queue, True, check_pause(queue, for_seconds, now))
+        with self._space.lock:
+            self._space.controls[queue] = control
+
+    def resume(self, queue: str) -> bool:
+        """End a pause of ``queue``; False when it was not paused."""
+        validate_queue_name(queue)
+        with self._space.lock:
+            control = self._space.controls.pop(queue, None)
+            if control is not None and control.paused:
+                self._space.wake(queue)
+                return True
+            return False
+
+    def controls(self) -> list[QueueControl]:
+        """Every queue's controls, by queue name."""
+        with self._space.lock:
+            return [self._space.controls[q] for q in sorted(self._space.controls)]
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
         """Make the job ready again after ``delay`` seconds (attempts unchanged); fenced."""

@@ -36,6 +36,9 @@ BINDINGS_TABLE = "askr_bindings"
 QUEUES_TABLE = "askr_queues"
 #: Enqueue-once identities (ours): when each (queue, key) was first written.
 DEDUPE_TABLE = "askr_dedupe"
+#: Flow control (ours): one row per queue that has a control in force (a pause); a queue
+#: without a row is claimed by the plain claim, which checks only that there is no row.
+CONTROLS_TABLE = "askr_queue_controls"
 CLAIM_INDEX = "askr_jobs_claim"
 
 #: Columns contract v1 defines; a table lacking one of them is not ours to use.
@@ -97,6 +100,7 @@ CONTRACT_TABLES = (
         QUEUES_TABLE, ("name", "expires_seconds", "last_used_at", "message_ttl_ms"), _CREATE_HINT
     ),
     TableSpec(DEDUPE_TABLE, ("queue", "dedupe_key", "first_at"), _CREATE_HINT),
+    TableSpec(CONTROLS_TABLE, ("queue", "paused", "resume_at", "updated_at"), _CREATE_HINT),
 )
 
 # MySQL cannot index TEXT without a prefix length, and its BLOB stops at 64 KiB.
@@ -182,6 +186,18 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("queue", sa.String(255), primary_key=True),
         sa.Column("dedupe_key", sa.String(255), primary_key=True),
         sa.Column("first_at", sa.BigInteger, nullable=False),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Table(
+        CONTROLS_TABLE,
+        metadata,
+        sa.Column("queue", sa.String(255), primary_key=True),
+        # 1 while the queue is paused; claims hand nothing out of it.
+        sa.Column("paused", sa.SmallInteger, nullable=False, server_default="0"),
+        # Unix seconds when a pause ends by itself (``pause --for``); NULL: until resumed.
+        sa.Column("resume_at", sa.BigInteger, nullable=True),
+        sa.Column("updated_at", sa.BigInteger, nullable=False, server_default=now_default),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )

@@ -24,6 +24,7 @@ from ..exceptions import StoreError
 from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
+from .controls import QueueControl, check_pause, claim_allowance
 from .database import Database, StoreOptions, TableStore
 from .enlist import Enlistment
 from .executor import Tx
@@ -91,6 +92,11 @@ class JobStore(TableStore):
         #: seed 001's consumer identity); None signs nothing (the process is still recorded).
         self.holder: str | None = None
         self._dedupe_calls = 0
+        #: The queues this store last saw with controls (a row of askr_queue_controls):
+        #: their claims read the row first. The plain claim of any other queue takes
+        #: nothing from one that has a row, so a stale set never lets a claim past a
+        #: control: an empty plain claim reads the set again (:meth:`_see_controls`).
+        self._controlled: frozenset[str] = frozenset()
 
     # -- schema -------------------------------------------------------------------
 
@@ -222,7 +228,8 @@ class JobStore(TableStore):
         params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
         if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
             return ClaimResult([])
-        if self.q.claim_in_one_statement:
+        controlled = queue in self._controlled
+        if self.q.claim_in_one_statement and not controlled:
             # The claim statement alone (one round trip); only rows that must not be
             # handed out (past their TTL or attempts) need a transaction after it, fenced
             # by the claim's token like any settlement.
@@ -234,10 +241,14 @@ class JobStore(TableStore):
             else:
                 result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, first))
         else:
-            result = self._run(lambda tx: self._claim_in(tx, params, max_attempts))
+            result = self._run(
+                lambda tx: self._claim_in(tx, params, max_attempts, controlled=controlled)
+            )
         result.log(logger, queue)
         if result.jobs:
             self.stop_waiting()
+        elif not controlled:
+            self._see_controls()
         return result
 
     def _any_ready(self, params: ClaimParams) -> bool:
@@ -255,10 +266,18 @@ class JobStore(TableStore):
         params: ClaimParams,
         max_attempts: int | None,
         first: Screened | None = None,
+        *,
+        controlled: bool = False,
     ) -> ClaimResult:
         """Claim in ``tx``, settling what :func:`.claiming.screen` says must not be handed
         out; ``first``: a first round already claimed and screened (by ``claim``'s one
-        statement)."""
+        statement); ``controlled``: the queue has controls, read first (they may let the
+        claim take fewer rows, or none)."""
+        if controlled:
+            allowed = self._allowance_in(tx, params)
+            if allowed <= 0:
+                return ClaimResult([])
+            params = params.more(min(params.n, allowed))
         token, now = params.token, params.now
         jobs: list[ClaimedJob] = []
         dead = expired = 0
@@ -269,7 +288,8 @@ class JobStore(TableStore):
             if round_ == 0 and first is not None:
                 screened = first
             else:
-                rows = self.q.claim_rows(tx, params.more(params.n - len(jobs)).binds())
+                binds = params.more(params.n - len(jobs)).binds()
+                rows = self.q.claim_rows(tx, binds, controlled)
                 screened = screen(rows, now, token, max_attempts)
             jobs += screened.jobs
             for row, limit in screened.exhausted:
@@ -284,6 +304,29 @@ class JobStore(TableStore):
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
         return ClaimResult(jobs, dead, expired)
+
+    def _allowance_in(self, tx: Tx, params: ClaimParams) -> int:
+        """How many rows a claim of a controlled queue may take (:mod:`.controls`
+        decides), read in the claim's transaction; a pause whose time ran out is ended
+        here, and a queue found without controls is claimed plainly from then on."""
+        binds = {"queue": params.queue, "now": params.now}
+        control = read_control(tx.execute(self.q.control_get, binds).fetchone())
+        if control is not None and not control.in_force(params.now):
+            tx.execute(self.q.control_unpause_lapsed, binds)
+            if tx.execute(self.q.control_drop_idle, binds).rowcount:
+                control = None
+        if control is None:
+            self._controlled = self._controlled - {params.queue}
+        return claim_allowance(control, params.now, params.n)
+
+    def _see_controls(self) -> None:
+        """Read which queues have controls (after a plain claim came back empty: it may
+        have met a row this store did not know of). A read that fails changes nothing:
+        the claim's answer stands, and the next empty one reads again."""
+        try:
+            self._controlled = frozenset(c.queue for c in self.controls())
+        except StoreError as exc:
+            logger.debug("could not read the queues' controls: %s", exc)
 
     def ack_and_claim(
         self,
@@ -309,7 +352,8 @@ class JobStore(TableStore):
                 for row in rows:
                     self.q.insert_job(tx, row)
             for params in claims:
-                result = self._claim_in(tx, params, max_attempts)
+                controlled = params.queue in self._controlled
+                result = self._claim_in(tx, params, max_attempts, controlled=controlled)
                 dead.append((result, params.queue))
                 if result.jobs:
                     return acked, result.jobs[0]
@@ -320,6 +364,8 @@ class JobStore(TableStore):
             result.log(logger, queue)
         if outcome[1] is not None:
             self.stop_waiting()
+        elif claims:
+            self._see_controls()
         return outcome
 
     def ack(self, receipt: Receipt) -> bool:
@@ -385,7 +431,8 @@ class JobStore(TableStore):
         if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
             return self.ack_many(receipts), ClaimResult([])
         by_token = ids_by_token(receipts)
-        if len(by_token) == 1 and self.q.ack_and_claim_in_one_statement:
+        controlled = queue in self._controlled
+        if len(by_token) == 1 and self.q.ack_and_claim_in_one_statement and not controlled:
             # One statement (one round trip); only rows that must not be handed out need
             # a transaction after it, as in claim().
             ((token, ids),) = by_token.items()
@@ -416,12 +463,15 @@ class JobStore(TableStore):
         else:
 
             def work(tx: Tx) -> tuple[set[Receipt], ClaimResult]:
-                return self._ack_rows_in(tx, by_token), self._claim_in(tx, params, max_attempts)
+                acked = self._ack_rows_in(tx, by_token)
+                return acked, self._claim_in(tx, params, max_attempts, controlled=controlled)
 
             acked, result = self._run(work)
         result.log(logger, queue)
         if result.jobs:
             self.stop_waiting()
+        elif not controlled:
+            self._see_controls()
         return acked, result
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
@@ -540,6 +590,44 @@ class JobStore(TableStore):
         }
         self._run(lambda tx: tx.execute(self.q.dead_letter_insert, params), single=True)
 
+    # -- flow control (store/controls.py) ----------------------------------------------
+
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """Pause ``queue``: no claim hands a job of it out until :meth:`resume` (or for
+        ``for_seconds``). Held jobs still settle, publishes are still stored; a queue no
+        one has used yet may be paused. Takes effect at every store's next claim."""
+        now = self.clock()
+        params = {
+            "queue": queue,
+            "resume_at": check_pause(queue, for_seconds, now),
+            "now": int(now),
+        }
+        self._run(lambda tx: tx.execute(self.q.control_pause, params), single=True)
+        self._controlled = self._controlled | {queue}
+
+    def resume(self, queue: str) -> bool:
+        """End a pause of ``queue`` (idle consumers are told where the engine can); False
+        when it was not paused."""
+        validate_queue_name(queue)
+        params = {"queue": queue, "now": self._now()}
+
+        def work(tx: Tx) -> bool:
+            resumed = bool(tx.execute(self.q.control_unpause, params).rowcount)
+            tx.execute(self.q.control_drop_idle, params)
+            if resumed:
+                self.q.announce_ready(tx, queue)
+            return resumed
+
+        return self._run(work)
+
+    def controls(self) -> list[QueueControl]:
+        """Every queue's controls as stored (a pause whose time ran out included, until a
+        claim ends it), by queue name."""
+        rows = self._run(
+            lambda tx: tx.execute(self.q.control_all, {}).fetchall(), read_only=True, single=True
+        )
+        return [control for control in map(read_control, rows) if control is not None]
+
     def backlog(self, queue: str) -> Backlog:
         """Contract v1's ``total``, ``ready`` and ``oldest_seconds`` for ``queue``."""
         validate_queue_name(queue)
@@ -637,6 +725,14 @@ class JobStore(TableStore):
         """Close every pooled connection (and the wake-up listener)."""
         self._waits.close()
         super().close()
+
+
+def read_control(row: Sequence[Any] | None) -> QueueControl | None:
+    """A row of ``control_get`` / ``control_all`` (queue, paused, resume_at)."""
+    if row is None:
+        return None
+    queue, paused, resume_at = row
+    return QueueControl(str(queue), bool(paused), None if resume_at is None else int(resume_at))
 
 
 def ids_by_token(receipts: Sequence[Receipt]) -> dict[str, list[int]]:

@@ -26,6 +26,39 @@ if TYPE_CHECKING:
     from ..executor import Tx
 
 
+#: What the plain claim adds to its candidates: the queue has no control row. Uncorrelated,
+#: so every engine evaluates it once per statement (one primary-key probe).
+UNCONTROLLED = "AND NOT EXISTS (SELECT 1 FROM askr_queue_controls WHERE queue = :queue)"
+
+# Contract v1's claim; {uncontrolled}: UNCONTROLLED or nothing (see Queries.job_claim).
+_CLAIM = """
+        UPDATE askr_jobs
+           SET reserved_until    = :until,
+               attempts          = attempts + 1,
+               reserved_token    = :token,
+               reserved_by       = :holder,
+               reserved_instance = :instance
+         WHERE id IN (
+               SELECT id FROM (
+                   SELECT * FROM (
+                       SELECT id, priority, available_at FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until IS NULL
+                          AND available_at <= :now {uncontrolled}
+                        ORDER BY priority DESC, available_at, id LIMIT :n)
+                   UNION ALL
+                   SELECT * FROM (
+                       SELECT id, priority, available_at FROM askr_jobs
+                        WHERE queue = :queue AND reserved_until <= :now
+                          AND available_at <= :now {uncontrolled}
+                        ORDER BY priority DESC, available_at, id LIMIT :n)
+               ) AS ready
+               ORDER BY priority DESC, available_at, id
+               LIMIT :n)
+        RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+                  expires_at
+        """
+
+
 class Listener:
     """Waits for "a job became ready" signals (PostgreSQL LISTEN/NOTIFY)."""
 
@@ -155,34 +188,11 @@ class Queries(LayoutPrimitives):
     # the planner sort every row of the queue (measured: 27 ms per claim at
     # 200 000 waiting). Each half reads the claim index in ORDER BY order and
     # stops after :n rows (0.02 ms at 200 000), so only up to 2n rows are sorted.
-    job_claim = sa.text(
-        """
-        UPDATE askr_jobs
-           SET reserved_until    = :until,
-               attempts          = attempts + 1,
-               reserved_token    = :token,
-               reserved_by       = :holder,
-               reserved_instance = :instance
-         WHERE id IN (
-               SELECT id FROM (
-                   SELECT * FROM (
-                       SELECT id, priority, available_at FROM askr_jobs
-                        WHERE queue = :queue AND reserved_until IS NULL
-                          AND available_at <= :now
-                        ORDER BY priority DESC, available_at, id LIMIT :n)
-                   UNION ALL
-                   SELECT * FROM (
-                       SELECT id, priority, available_at FROM askr_jobs
-                        WHERE queue = :queue AND reserved_until <= :now
-                          AND available_at <= :now
-                        ORDER BY priority DESC, available_at, id LIMIT :n)
-               ) AS ready
-               ORDER BY priority DESC, available_at, id
-               LIMIT :n)
-        RETURNING id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-                  expires_at
-        """
-    )
+    # job_claim is the plain claim, of a queue without controls: {uncontrolled} is
+    # UNCONTROLLED, so a queue that has a control row gets nothing from it (the store then
+    # learns of the row and claims with job_claim_controlled, after reading the row).
+    job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
+    job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
     job_ack = sa.text("DELETE FROM askr_jobs WHERE id = :id AND reserved_token = :token")
     job_ack_many = sa.text(
         "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids"
@@ -364,6 +374,37 @@ class Queries(LayoutPrimitives):
         """
     )
     dedupe_sweep = sa.text("DELETE FROM askr_dedupe WHERE queue = :queue AND first_at <= :cutoff")
+
+    # -- flow control (askr_queue_controls: store/controls.py decides) ----------------------
+    control_all = sa.text("SELECT queue, paused, resume_at FROM askr_queue_controls ORDER BY queue")
+    control_get = sa.text(
+        "SELECT queue, paused, resume_at FROM askr_queue_controls WHERE queue = :queue"
+    )
+    control_pause = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, resume_at, updated_at)
+        VALUES (:queue, 1, :resume_at, :now)
+        ON CONFLICT (queue) DO UPDATE
+           SET paused = 1, resume_at = excluded.resume_at, updated_at = excluded.updated_at
+        """
+    )
+    control_unpause = sa.text(
+        """
+        UPDATE askr_queue_controls SET paused = 0, resume_at = NULL, updated_at = :now
+         WHERE queue = :queue AND paused = 1
+        """
+    )
+    # A pause for a time that ran out, ended by the claim that finds it so.
+    control_unpause_lapsed = sa.text(
+        """
+        UPDATE askr_queue_controls SET paused = 0, resume_at = NULL, updated_at = :now
+         WHERE queue = :queue AND paused = 1 AND resume_at <= :now
+        """
+    )
+    # A row whose every control is off is dropped: the queue's claims are plain again.
+    control_drop_idle = sa.text(
+        "DELETE FROM askr_queue_controls WHERE queue = :queue AND paused = 0"
+    )
 
     # -- who holds what (seed 001's consumer identity) -------------------------------------
     job_holders = sa.text(
@@ -596,11 +637,23 @@ class Queries(LayoutPrimitives):
         a row they delete); the acked ids and the claimed rows."""
         return self.ack_rows(tx, token, ids), self.claim_rows(tx, params)
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
+    def announce_ready(self, tx: Tx, queue: str) -> None:
+        """Tell idle consumers of ``queue`` it may have jobs for them (at commit), where
+        the engine's wake-ups need telling (PostgreSQL's NOTIFY; SQLite's listener sees
+        every commit); a resumed queue."""
+
+    def claim_statement(self, controlled: bool) -> sa.TextClause:
+        """The claim of a queue without controls, or of one whose row was read first."""
+        return self.job_claim_controlled if controlled else self.job_claim
+
+    def claim_rows(
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+    ) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
         lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
-        return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in tx.execute(self.job_claim, params)]
+        claimed = tx.execute(self.claim_statement(controlled), params)
+        return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in claimed]
 
 
 def enqueue_many_params(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import Queries, ServerEngine
+from .base import UNCONTROLLED, Queries, ServerEngine
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -49,6 +49,24 @@ _CONDITIONS: dict[int, type[StoreConditionError]] = {
     1227: StorePermissionError,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
     1153: MessageTooLarge,  # ER_NET_PACKET_TOO_LARGE: past max_allowed_packet
 }
+
+
+# The claim's read-and-lock half (see MySQLQueries.job_claim); {uncontrolled} as in base's.
+_CLAIM = """
+        (SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+                expires_at, 0 AS lapsed
+           FROM askr_jobs
+          WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now {uncontrolled}
+          ORDER BY priority DESC, available_at, id
+          LIMIT :n FOR UPDATE SKIP LOCKED)
+        UNION ALL
+        (SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+                expires_at, 1 AS lapsed
+           FROM askr_jobs
+          WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now {uncontrolled}
+          ORDER BY priority DESC, available_at, id
+          LIMIT :n FOR UPDATE SKIP LOCKED)
+        """
 
 
 class MySQLQueries(Queries):
@@ -74,6 +92,14 @@ class MySQLQueries(Queries):
         return sa.insert(table).prefix_with("IGNORE")
 
     # MySQL has no ON CONFLICT: INSERT IGNORE is its insert-or-nothing.
+    # MySQL has no ON CONFLICT: ON DUPLICATE KEY UPDATE is its upsert.
+    control_pause = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, resume_at, updated_at)
+        VALUES (:queue, 1, :resume_at, :now)
+        ON DUPLICATE KEY UPDATE paused = 1, resume_at = :resume_at, updated_at = :now
+        """
+    )
     dedupe_add = sa.text(
         """
         INSERT IGNORE INTO askr_dedupe (queue, dedupe_key, first_at) VALUES (:queue, :key, :now)
@@ -92,23 +118,8 @@ class MySQLQueries(Queries):
     # a round trip and PyMySQL parsing its result in Python). It keeps the claim's name:
     # neither MariaDB nor MySQL has UPDATE … RETURNING, so where the other engines' one
     # statement reserves and reads, this one reads and locks and job_claim_mark reserves.
-    job_claim = sa.text(
-        """
-        (SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-                expires_at, 0 AS lapsed
-           FROM askr_jobs
-          WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
-          ORDER BY priority DESC, available_at, id
-          LIMIT :n FOR UPDATE SKIP LOCKED)
-        UNION ALL
-        (SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-                expires_at, 1 AS lapsed
-           FROM askr_jobs
-          WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
-          ORDER BY priority DESC, available_at, id
-          LIMIT :n FOR UPDATE SKIP LOCKED)
-        """
-    )
+    job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
+    job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
     job_claim_mark = sa.text(
         """
         UPDATE askr_jobs
@@ -132,10 +143,15 @@ class MySQLQueries(Queries):
             tx.execute_bound(self.job_ack_many, {"token": token, "ids": held})
         return held
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
+    def claim_rows(
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+    ) -> list[ClaimedRow]:
         # Each half is in claim order; together they are not, and only n are taken.
         candidates = sorted(
-            (ClaimedRow.read(r, r[9]) for r in tx.execute(self.job_claim, params)),
+            (
+                ClaimedRow.read(r, r[9])
+                for r in tx.execute(self.claim_statement(controlled), params)
+            ),
             key=ClaimedRow.order,
         )
         picked = candidates[: params["n"]]

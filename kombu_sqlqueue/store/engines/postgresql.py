@@ -51,7 +51,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import Listener, Queries, RowsInsert, ServerEngine, check_choice
+from .base import UNCONTROLLED, Listener, Queries, RowsInsert, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -75,18 +75,19 @@ _CONDITIONS: dict[str, type[StoreConditionError]] = {
 
 
 # The claim's two halves (see the module docstring), then the pick of the first ``n``;
-# ``not_acked``: what job_ack_and_claim adds to keep its own acked rows out.
+# ``not_acked``: what job_ack_and_claim adds to keep its own acked rows out;
+# ``uncontrolled``: base.UNCONTROLLED in the plain claim (see Queries.job_claim).
 _CLAIM_PICKED = """
         fresh AS (
                  SELECT id, priority, available_at, FALSE AS lapsed FROM askr_jobs
                   WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
-                        {not_acked}
+                        {not_acked} {uncontrolled}
                   ORDER BY reserved_until, priority DESC, available_at, id
                   LIMIT :n FOR UPDATE SKIP LOCKED),
              lapsed AS (
                  SELECT id, priority, available_at, TRUE AS lapsed FROM askr_jobs
                   WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
-                        {not_acked}
+                        {not_acked} {uncontrolled}
                   ORDER BY priority DESC, available_at, id
                   LIMIT :n FOR UPDATE SKIP LOCKED),
              picked AS (
@@ -135,14 +136,22 @@ class PostgreSQLQueries(Queries):
         SELECT id, pg_notify(CAST(:channel AS TEXT), CAST(:queue AS TEXT)) FROM ins
         """
     )
-    job_claim = sa.text(f"WITH {_CLAIM_PICKED.format(not_acked='')} {_CLAIM_RESERVE}")
+    job_claim = sa.text(
+        f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled=UNCONTROLLED)} {_CLAIM_RESERVE}"
+    )
+    job_claim_controlled = sa.text(
+        f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled='')} {_CLAIM_RESERVE}"
+    )
 
     # One statement: RETURNING reads the CTE's flag (no pre-read as on SQLite), so the
     # claim needs no transaction of its own (see JobStore.claim).
     claim_in_one_statement: ClassVar[bool] = True
 
-    def claim_rows(self, tx: Tx, params: dict[str, Any]) -> list[ClaimedRow]:
-        return [ClaimedRow.read(r, r[9]) for r in tx.execute(self.job_claim, params)]
+    def claim_rows(
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+    ) -> list[ClaimedRow]:
+        claimed = tx.execute(self.claim_statement(controlled), params)
+        return [ClaimedRow.read(r, r[9]) for r in claimed]
 
     # A consumer's held acks (of one claim token) and its next claim as one statement: one
     # round trip and one commit. PostgreSQL leaves a row changed by two parts of one
@@ -154,7 +163,7 @@ class PostgreSQLQueries(Queries):
                  DELETE FROM askr_jobs
                   WHERE reserved_token = :ack_token AND id = ANY(CAST(:ack_ids AS BIGINT[]))
                  RETURNING id),
-             {_CLAIM_PICKED.format(not_acked=_NOT_ACKED)},
+             {_CLAIM_PICKED.format(not_acked=_NOT_ACKED, uncontrolled=UNCONTROLLED)},
              claimed AS ({_CLAIM_RESERVE})
         SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
                expires_at, lapsed, FALSE AS acked FROM claimed
@@ -214,10 +223,13 @@ class PostgreSQLQueries(Queries):
             return int(tx.execute(self.job_enqueue_notify, notify).fetchone()[0])
         return int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
 
+    def announce_ready(self, tx: Tx, queue: str) -> None:
+        tx.execute(self.job_notify, {"channel": channel_of(queue), "queue": queue})
+
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         ids = super().insert_jobs(tx, rows)
         for queue in {r["queue"] for r in rows if r["available_at"] <= r["created_at"]}:
-            tx.execute(self.job_notify, {"channel": channel_of(queue), "queue": queue})
+            self.announce_ready(tx, queue)
         return ids
 
     @staticmethod
