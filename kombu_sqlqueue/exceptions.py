@@ -73,6 +73,11 @@ class InvalidQueueName(SqlQueueError, ValueError):
     """A queue name is empty, too long, or holds a control character."""
 
 
+class InvalidControl(SqlQueueError, ValueError):
+    """A flow control (a pause, a limit) is not one a queue can have: a duration that is
+    not one, a limit that is not a positive whole number."""
+
+
 class ClaimLimitExceeded(SqlQueueError, ValueError):
     """A claim asked for more jobs than one claim may hand out."""
 

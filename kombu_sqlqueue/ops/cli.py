@@ -24,7 +24,7 @@ import click
 from .._version import __version__
 from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
-from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.admin import ContractAdmin, FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.database import schema_ddl
 from ..store.layouts import (
     CONTRACT_LAYOUT,
@@ -222,6 +222,17 @@ def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
     ]
 
 
+def _controls(row: QueueStats) -> str:
+    said = []
+    if row.paused:
+        said.append("paused" if row.resume_at is None else f"paused until {_when(row.resume_at)}")
+    if row.concurrency is not None:
+        said.append(f"concurrency {row.concurrency}")
+        if row.waiting_on_limit:
+            said.append(f"{row.waiting_on_limit} waiting on it")
+    return ", ".join(said) or "-"
+
+
 def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
     if not rows:
         click.echo(f"no queues: {tables[0]} and {tables[1]} are empty")
@@ -237,6 +248,7 @@ def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
             "failed",
             "attempts",
             "held by",
+            "controls",
         ],
         (
             [
@@ -249,6 +261,7 @@ def _print_stats(rows: list[QueueStats], tables: tuple[str, str]) -> None:
                 r.dead_letters,
                 " ".join(f"{a}:{n}" for a, n in r.attempts.items()) or "-",
                 " ".join(f"{h}:{n}" for h, n in r.holders.items()) or "-",
+                _controls(r),
             ]
             for r in rows
         ),
@@ -300,6 +313,10 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
         "dead_letters": row.dead_letters,
         "attempts": {str(a): n for a, n in row.attempts.items()},
         "holders": row.holders,
+        "paused": row.paused,
+        "resume_at": row.resume_at,
+        "concurrency": row.concurrency,
+        "waiting_on_limit": row.waiting_on_limit,
     }
 
 
@@ -609,6 +626,81 @@ def release(url: str, holder: str, queue: str | None, force: bool) -> None:
         admin.close()
     where = f" of queue {queue!r}" if queue else ""
     click.echo(_safe(f"released {count} job(s){where} held by {holder}"))
+
+
+def _contract_admin(url: str) -> ContractAdmin:
+    """Contract v1's admin at ``url`` (flow control lives in its tables)."""
+    admin = open_admin(url)
+    assert isinstance(admin, ContractAdmin)
+    return admin
+
+
+def _until(resume_at: int | None) -> str:
+    return "until resumed" if resume_at is None else f"until {_when(resume_at)} UTC"
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queue")
+@click.option(
+    "--for",
+    "for_seconds",
+    callback=parse_duration,
+    help="End the pause by itself after this long (90, 45s, 30m, 12h, 7d).",
+)
+def pause(url: str, queue: str, for_seconds: float | None) -> None:
+    """Pause QUEUE for every worker: none claims a job of it until `resume` (or --for).
+
+    Jobs already held finish and settle; publishes are still stored. Workers stop
+    claiming at their next claim. A queue no one has used yet may be paused (the pause
+    waits for it)."""
+    admin = _contract_admin(url)
+    try:
+        admin.pause(queue, for_seconds)
+        (row,) = [r for r in admin.stats() if r.queue == queue] or [QueueStats(queue)]
+    finally:
+        admin.close()
+    click.echo(_safe(f"paused queue {queue!r} {_until(row.resume_at)}"))
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queue")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=None,
+    help="At most N jobs of QUEUE held at once, across every worker.",
+)
+@click.option("--clear", is_flag=True, help="Remove QUEUE's limits.")
+def limit(url: str, queue: str, concurrency: int | None, clear: bool) -> None:
+    """Limit QUEUE for every worker: at most --concurrency N of its jobs held at once.
+
+    Jobs past the limit wait, not failed and not charged an attempt, and are claimed as
+    held ones settle. A change takes effect at every worker's next claim."""
+    if clear == (concurrency is not None):
+        raise click.UsageError("give either --concurrency N or --clear")
+    admin = _contract_admin(url)
+    try:
+        admin.limit(queue, concurrency)
+    finally:
+        admin.close()
+    said = f"at most {concurrency} job(s) of queue {queue!r} held at once"
+    click.echo(_safe(said if concurrency is not None else f"queue {queue!r} has no limit"))
+
+
+@main.command()
+@click.argument("url")
+@click.argument("queue")
+def resume(url: str, queue: str) -> None:
+    """Resume QUEUE after `pause`: workers claim from it again (at once where the
+    database can tell them: PostgreSQL, SQLite; within a polling interval elsewhere)."""
+    admin = _contract_admin(url)
+    try:
+        resumed = admin.resume(queue)
+    finally:
+        admin.close()
+    click.echo(_safe(f"resumed queue {queue!r}" if resumed else f"queue {queue!r} was not paused"))
 
 
 @main.command()

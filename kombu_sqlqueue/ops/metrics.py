@@ -10,6 +10,9 @@ by ``queue``:
   ``askr_queue_delayed`` — jobs by state (total = ready + reserved + delayed);
 * ``askr_queue_oldest_seconds`` — age of the oldest ready job (0 when none is ready);
 * ``askr_queue_dead_letters`` — rows in the failed table;
+* ``askr_queue_paused`` — 1 while the queue is paused (``kombu-sqlqueue pause``), else 0;
+* ``askr_queue_waiting_on_limit`` — ready jobs its concurrency limit holds back;
+* ``askr_queue_concurrency_limit`` — the limit, for a queue that has one;
 
 and ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
 logged) and ``askr_scrape_duration_seconds``.
@@ -43,6 +46,12 @@ GAUGES = (
         "oldest_seconds",
     ),
     ("askr_queue_dead_letters", "Rows of the queue in the failed-jobs table.", "dead_letters"),
+    ("askr_queue_paused", "1 while the queue is paused (nothing of it is claimed).", "paused"),
+    (
+        "askr_queue_waiting_on_limit",
+        "Ready jobs the queue's concurrency limit holds back now.",
+        "waiting_on_limit",
+    ),
 )
 
 
@@ -72,6 +81,16 @@ class QueueCollector(Collector):
             for row in stats or ():
                 family.add_metric([row.queue], float(getattr(row, attr)))
             yield family
+        if stats is not None:
+            limits = GaugeMetricFamily(
+                "askr_queue_concurrency_limit",
+                "Jobs of the queue that may be held at once (queues with a limit only).",
+                labels=["queue"],
+            )
+            for row in stats:
+                if row.concurrency is not None:
+                    limits.add_metric([row.queue], float(row.concurrency))
+            yield limits
         duration = GaugeMetricFamily(
             "askr_scrape_duration_seconds", "Seconds this scrape spent reading the tables."
         )

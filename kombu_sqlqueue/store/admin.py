@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from .controls import QueueControl
 from .database import QueryRunner, StoreRunner
 from .executor import Tx
 from .model import DEFAULT_MAX_ATTEMPTS, Holding
@@ -42,6 +43,14 @@ class QueueStats:
     attempts: dict[int, int] = field(default_factory=dict)
     #: holder name (``-``: unsigned) → live reservations (from :meth:`QueueAdmin.holders`).
     holders: dict[str, int] = field(default_factory=dict)
+    #: Paused now (flow control): claims hand out nothing of it.
+    paused: bool = False
+    #: When a pause for a time ends (unix seconds); None: until resumed, or not paused.
+    resume_at: int | None = None
+    #: At most this many jobs held at once across every worker; None: no limit.
+    concurrency: int | None = None
+    #: Ready jobs the concurrency limit holds back now (waiting, not failed).
+    waiting_on_limit: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,14 @@ class _Host(QueryRunner, Protocol):
         self, holder: str, *, queue: str | None = None, instance: str | None = None
     ) -> int: ...
 
+    def pause(self, queue: str, for_seconds: float | None = None) -> None: ...
+
+    def resume(self, queue: str) -> bool: ...
+
+    def limit(self, queue: str, concurrency: int | None) -> None: ...
+
+    def controls(self) -> list[QueueControl]: ...
+
     def close(self) -> None: ...
 
 
@@ -181,6 +198,22 @@ def merge_stats(
             found.get(str(queue), QueueStats(str(queue))), dead_letters=int(count)
         )
     return [found[name] for name in sorted(found)]
+
+
+def with_control(row: QueueStats, control: QueueControl, now: int) -> QueueStats:
+    """``row`` with what ``control`` says of it at ``now``: paused, limited, and how many
+    ready jobs the limit holds back."""
+    paused = control.paused_at(now)
+    waiting = 0
+    if control.concurrency is not None:
+        waiting = max(0, row.ready - max(0, control.concurrency - row.reserved))
+    return replace(
+        row,
+        paused=paused,
+        resume_at=control.resume_at if paused else None,
+        concurrency=control.concurrency,
+        waiting_on_limit=waiting,
+    )
 
 
 def group_attempts(rows: Sequence[Sequence[Any]]) -> dict[str, dict[int, int]]:
@@ -242,7 +275,25 @@ class ContractAdmin:
             return jobs, tx.execute(s.q.dead_letter_counts, {}).fetchall()
 
         jobs, dead = s._run(work, read_only=True)
-        return merge_stats(now, jobs, dead)
+        found = {row.queue: row for row in merge_stats(now, jobs, dead)}
+        for control in s.controls():
+            if control.in_force(now):
+                found[control.queue] = with_control(
+                    found.get(control.queue, QueueStats(control.queue)), control, now
+                )
+        return [found[name] for name in sorted(found)]
+
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """At most ``concurrency`` jobs of ``queue`` held at once (``JobStore.limit``)."""
+        self._store.limit(queue, concurrency)
+
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """Pause ``queue`` fleet-wide (``JobStore.pause``)."""
+        self._store.pause(queue, for_seconds)
+
+    def resume(self, queue: str) -> bool:
+        """End a pause of ``queue``; False when it was not paused (``JobStore.resume``)."""
+        return self._store.resume(queue)
 
     def attempts(self) -> dict[str, dict[int, int]]:
         return group_attempts(read_rows(self._store, self._store.q.queue_attempts))

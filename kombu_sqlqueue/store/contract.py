@@ -232,6 +232,11 @@ class JobContract(DeliveryStore, Protocol):
         """End a pause of ``queue``; False when it was not paused."""
         ...
 
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """At most ``concurrency`` jobs of ``queue`` held at once across every worker
+        (None: no limit); the rest wait, uncharged."""
+        ...
+
     def controls(self) -> list[QueueControl]:
         """Every queue's controls as stored, by queue name."""
         ...

@@ -30,7 +30,7 @@ from typing import Any, Self, TypeVar
 from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
 from .claiming import MAX_CLAIM_ROUNDS, ClaimedRow, ClaimParams, exhausted_reason, screen
-from .controls import QueueControl, check_pause, claim_allowance
+from .controls import QueueControl, check_concurrency, check_pause, claim_allowance
 from .database import StoreOptions
 from .enlist import Enlistment
 from .model import (
@@ -342,10 +342,18 @@ class MemoryJobStore:
         s = self._space
         now, token = params.now, params.token
         control = s.controls.get(params.queue)
-        if control is not None and not control.in_force(now):
-            del s.controls[params.queue]  # a pause whose time ran out (control_drop_idle)
-            control = None
-        params = params.more(min(params.n, claim_allowance(control, now, params.n)))
+        if control is not None and control.paused and not control.paused_at(now):
+            control = dataclasses.replace(control, paused=False, resume_at=None)
+            s.controls[params.queue] = control  # a pause whose time ran out
+            if not control.in_force(now):
+                del s.controls[params.queue]  # control_drop_idle
+                control = None
+        held = 0
+        if control is not None and control.concurrency is not None:
+            held = sum(
+                1 for r in s.rows_of(params.queue) if (r.reserved_until or 0) > now
+            )  # control_held
+        params = params.more(claim_allowance(control, now, params.n, held))
         if params.n <= 0:
             return ClaimResult([])
         jobs: list[ClaimedJob] = []
@@ -446,19 +454,41 @@ class MemoryJobStore:
     def pause(self, queue: str, for_seconds: float | None = None) -> None:
         """Pause ``queue``, as :meth:`JobStore.pause <.store.JobStore.pause>` does."""
         now = self.clock()
-        control = QueueControl(queue, True, check_pause(queue, for_seconds, now))
+        resume_at = check_pause(queue, for_seconds, now)
         with self._space.lock:
-            self._space.controls[queue] = control
+            control = self._space.controls.get(queue, QueueControl(queue))
+            self._space.controls[queue] = dataclasses.replace(
+                control, paused=True, resume_at=resume_at
+            )
+
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """Limit ``queue``'s held jobs, as :meth:`JobStore.limit <.store.JobStore.limit>`."""
+        if concurrency is not None:
+            check_concurrency(queue, concurrency)
+        validate_queue_name(queue)
+        with self._space.lock:
+            control = self._space.controls.get(queue, QueueControl(queue))
+            self._settle_control(dataclasses.replace(control, concurrency=concurrency))
 
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue``; False when it was not paused."""
         validate_queue_name(queue)
         with self._space.lock:
-            control = self._space.controls.pop(queue, None)
-            if control is not None and control.paused:
-                self._space.wake(queue)
-                return True
-            return False
+            control = self._space.controls.get(queue)
+            if control is None or not control.paused:
+                return False
+            self._settle_control(dataclasses.replace(control, paused=False, resume_at=None))
+            return True
+
+    def _settle_control(self, control: QueueControl) -> None:
+        """Store ``control`` (dropped when nothing is in force: control_drop_idle); wake
+        the queue's idle consumers when it may hand out more than before."""
+        s = self._space
+        if control.paused or control.concurrency is not None:
+            s.controls[control.queue] = control
+        else:
+            s.controls.pop(control.queue, None)
+        s.wake(control.queue)
 
     def controls(self) -> list[QueueControl]:
         """Every queue's controls, by queue name."""

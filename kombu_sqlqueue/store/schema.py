@@ -36,7 +36,7 @@ BINDINGS_TABLE = "askr_bindings"
 QUEUES_TABLE = "askr_queues"
 #: Enqueue-once identities (ours): when each (queue, key) was first written.
 DEDUPE_TABLE = "askr_dedupe"
-#: Flow control (ours): one row per queue that has a control in force (a pause); a queue
+#: Flow control (ours): one row per queue that has a control in force (a pause, a limit); a queue
 #: without a row is claimed by the plain claim, which checks only that there is no row.
 CONTROLS_TABLE = "askr_queue_controls"
 CLAIM_INDEX = "askr_jobs_claim"
@@ -100,7 +100,9 @@ CONTRACT_TABLES = (
         QUEUES_TABLE, ("name", "expires_seconds", "last_used_at", "message_ttl_ms"), _CREATE_HINT
     ),
     TableSpec(DEDUPE_TABLE, ("queue", "dedupe_key", "first_at"), _CREATE_HINT),
-    TableSpec(CONTROLS_TABLE, ("queue", "paused", "resume_at", "updated_at"), _CREATE_HINT),
+    TableSpec(
+        CONTROLS_TABLE, ("queue", "paused", "resume_at", "concurrency", "updated_at"), _CREATE_HINT
+    ),
 )
 
 # MySQL cannot index TEXT without a prefix length, and its BLOB stops at 64 KiB.
@@ -197,6 +199,8 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("paused", sa.SmallInteger, nullable=False, server_default="0"),
         # Unix seconds when a pause ends by itself (``pause --for``); NULL: until resumed.
         sa.Column("resume_at", sa.BigInteger, nullable=True),
+        # At most this many jobs of the queue held at once, across every worker; NULL: no limit.
+        sa.Column("concurrency", sa.Integer, nullable=True),
         sa.Column("updated_at", sa.BigInteger, nullable=False, server_default=now_default),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",

@@ -24,7 +24,7 @@ from ..exceptions import StoreError
 from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
-from .controls import QueueControl, check_pause, claim_allowance
+from .controls import QueueControl, check_concurrency, check_pause, claim_allowance
 from .database import Database, StoreOptions, TableStore
 from .enlist import Enlistment
 from .executor import Tx
@@ -244,11 +244,12 @@ class JobStore(TableStore):
             result = self._run(
                 lambda tx: self._claim_in(tx, params, max_attempts, controlled=controlled)
             )
+        if not result.jobs and not controlled and self._see_controls(queue):
+            # The plain claim met a control this store did not know of: claim under it now.
+            result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, controlled=True))
         result.log(logger, queue)
         if result.jobs:
             self.stop_waiting()
-        elif not controlled:
-            self._see_controls()
         return result
 
     def _any_ready(self, params: ClaimParams) -> bool:
@@ -311,22 +312,28 @@ class JobStore(TableStore):
         here, and a queue found without controls is claimed plainly from then on."""
         binds = {"queue": params.queue, "now": params.now}
         control = read_control(tx.execute(self.q.control_get, binds).fetchone())
-        if control is not None and not control.in_force(params.now):
+        if control is not None and control.paused and not control.paused_at(params.now):
             tx.execute(self.q.control_unpause_lapsed, binds)
             if tx.execute(self.q.control_drop_idle, binds).rowcount:
                 control = None
         if control is None:
             self._controlled = self._controlled - {params.queue}
-        return claim_allowance(control, params.now, params.n)
+            return params.n
+        held = 0
+        if control.concurrency is not None:
+            held = int(tx.execute(self.q.control_held, binds).fetchone()[0])
+        return claim_allowance(control, params.now, params.n, held)
 
-    def _see_controls(self) -> None:
+    def _see_controls(self, queue: str) -> bool:
         """Read which queues have controls (after a plain claim came back empty: it may
-        have met a row this store did not know of). A read that fails changes nothing:
-        the claim's answer stands, and the next empty one reads again."""
+        have met a row this store did not know of); whether ``queue`` has. A read that
+        fails changes nothing: the claim's answer stands, the next empty one reads again."""
         try:
             self._controlled = frozenset(c.queue for c in self.controls())
         except StoreError as exc:
             logger.debug("could not read the queues' controls: %s", exc)
+            return False
+        return queue in self._controlled
 
     def ack_and_claim(
         self,
@@ -365,7 +372,7 @@ class JobStore(TableStore):
         if outcome[1] is not None:
             self.stop_waiting()
         elif claims:
-            self._see_controls()
+            self._see_controls(claims[0].queue)
         return outcome
 
     def ack(self, receipt: Receipt) -> bool:
@@ -467,11 +474,13 @@ class JobStore(TableStore):
                 return acked, self._claim_in(tx, params, max_attempts, controlled=controlled)
 
             acked, result = self._run(work)
+        if not result.jobs and not controlled and self._see_controls(queue):
+            # The plain claim met a control this store did not know of: claim under it now
+            # (the acks are committed).
+            result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, controlled=True))
         result.log(logger, queue)
         if result.jobs:
             self.stop_waiting()
-        elif not controlled:
-            self._see_controls()
         return acked, result
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:
@@ -605,6 +614,25 @@ class JobStore(TableStore):
         self._run(lambda tx: tx.execute(self.q.control_pause, params), single=True)
         self._controlled = self._controlled | {queue}
 
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """At most ``concurrency`` jobs of ``queue`` held at once, across every worker
+        (None: no limit). Jobs past it wait, uncharged, for a held one to settle; a
+        change takes effect at every store's next claim."""
+        params: dict[str, Any] = {"queue": queue, "now": self._now()}
+        if concurrency is None:
+            validate_queue_name(queue)
+
+            def work(tx: Tx) -> None:
+                tx.execute(self.q.control_unlimit, params)
+                tx.execute(self.q.control_drop_idle, params)
+                self.q.announce_ready(tx, queue)
+
+            self._run(work)
+            return
+        params["concurrency"] = check_concurrency(queue, concurrency)
+        self._run(lambda tx: tx.execute(self.q.control_limit, params), single=True)
+        self._controlled = self._controlled | {queue}
+
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue`` (idle consumers are told where the engine can); False
         when it was not paused."""
@@ -728,11 +756,16 @@ class JobStore(TableStore):
 
 
 def read_control(row: Sequence[Any] | None) -> QueueControl | None:
-    """A row of ``control_get`` / ``control_all`` (queue, paused, resume_at)."""
+    """A row of ``control_get`` / ``control_all`` (queue, paused, resume_at, concurrency)."""
     if row is None:
         return None
-    queue, paused, resume_at = row
-    return QueueControl(str(queue), bool(paused), None if resume_at is None else int(resume_at))
+    queue, paused, resume_at, concurrency = row
+    return QueueControl(
+        str(queue),
+        bool(paused),
+        None if resume_at is None else int(resume_at),
+        None if concurrency is None else int(concurrency),
+    )
 
 
 def ids_by_token(receipts: Sequence[Receipt]) -> dict[str, list[int]]:

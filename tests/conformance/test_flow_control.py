@@ -212,3 +212,138 @@ def test_claims_racing_a_pause_take_nothing_once_it_returned(db_url: str) -> Non
         for t in threads:
             t.join(30)
         seed.close()
+
+
+# -- concurrency limits ----------------------------------------------------------------------
+
+
+def test_a_concurrency_limit_caps_what_every_store_holds(
+    store: JobContract, other: JobContract, clock: Clock
+) -> None:
+    other.clock = clock
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(6)])
+    store.limit("q", 2)
+    a = other.claim("q", 5, 60).jobs  # another store, which knew of no control
+    assert len(a) == 2
+    assert store.claim("q", 5, 60).jobs == []  # waiting: not failed, not charged
+    assert other.ack(a[0].receipt)
+    (b,) = store.claim("q", 5, 60).jobs  # a slot freed: one more
+    assert b.attempts == 1
+    clock.advance(60)  # a reservation that lapsed holds no slot (its job is claimable again)
+    again = store.claim("q", 5, 60).jobs
+    assert len(again) == 2 and {j.id for j in again} & {a[1].id, b.id}
+    assert store.controls() == [QueueControl("q", concurrency=2)]
+
+
+def test_changing_a_limit_takes_effect_at_the_next_claim(store: JobContract) -> None:
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(6)])
+    store.limit("q", 1)
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    store.limit("q", 3)
+    assert len(store.claim("q", 5, 60).jobs) == 2
+    store.limit("q", None)
+    assert store.controls() == []
+    assert len(store.claim("q", 5, 60).jobs) == 3
+
+
+def test_a_limit_and_a_pause_are_kept_apart(store: JobContract) -> None:
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(4)])
+    store.limit("q", 1)
+    store.pause("q")
+    assert store.controls() == [QueueControl("q", paused=True, concurrency=1)]
+    assert store.claim("q", 5, 60).jobs == []
+    assert store.resume("q")
+    assert store.controls() == [QueueControl("q", concurrency=1)]  # the limit stays
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    store.limit("q", None)
+    assert store.controls() == []
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, 2**31, "3", None])
+def test_a_limit_that_is_not_a_positive_whole_number_is_refused(
+    store: JobContract, limit: object
+) -> None:
+    if limit is None:  # None clears a limit: of a queue that has none, nothing happens
+        store.limit("q", None)
+    else:
+        with pytest.raises(ValueError, match="a concurrency limit is a whole number"):
+            store.limit("q", limit)  # type: ignore[arg-type]
+    assert store.controls() == []
+
+
+def ledger_claimer(url: str, queue: str, batch: int, work: float) -> list[tuple[float, float]]:
+    """Drain ``queue`` (its last batch acked with the next claim every other round):
+    for each job, the moment its claim returned and the moment before its ack (inside
+    the time it was held)."""
+    s = open_store(url)
+    ledger: list[tuple[float, float]] = []
+    try:
+        held: list[Receipt] = []
+        began: float = 0.0
+        empty = 0
+        rounds = 0
+        while empty < 20:
+            rounds += 1
+            ended = time.time()
+            ledger += [(began, ended)] * len(held)
+            if rounds % 2:
+                _acked, result = s.ack_many_and_claim(held, queue, batch, 60)
+            else:
+                s.ack_many(held)
+                result = s.claim(queue, batch, 60)
+            began = time.time()
+            held = [j.receipt for j in result.jobs]
+            if held:
+                empty = 0
+                time.sleep(work)
+            else:
+                empty += 1
+                time.sleep(0.01)
+        return ledger
+    finally:
+        s.close()
+
+
+def most_at_once(ledger: list[tuple[float, float]]) -> int:
+    """The most intervals of ``ledger`` open at one moment."""
+    edges = sorted([(start, 1) for start, _ in ledger] + [(end, -1) for _, end in ledger])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_racing_claimers_in_separate_processes_never_hold_more_than_the_limit(
+    db_url: str, engine_name: str
+) -> None:
+    """Six claimers (processes; threads on the memory store, which one process holds)
+    drain 300 jobs under a limit of 3, claiming up to 2 at a time: the ledger of their
+    holds never has more than 3 open at once, and every job runs once."""
+    import multiprocessing
+
+    seed = open_store(db_url)
+    seed.enqueue_many([job(payload=b"%d" % i) for i in range(300)])
+    seed.limit("q", 3)
+    args = (db_url, "q", 2, 0.005)
+    try:
+        if engine_name == "memory":
+            results: list[list[tuple[float, float]]] = []
+            threads = [
+                threading.Thread(target=lambda: results.append(ledger_claimer(*args)))
+                for _ in range(6)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        else:
+            with multiprocessing.get_context("spawn").Pool(6) as pool:
+                pending = [pool.apply_async(ledger_claimer, args) for _ in range(6)]
+                results = [p.get(timeout=120) for p in pending]
+        ledger = [hold for result in results for hold in result]
+        assert len(ledger) == 300
+        assert 2 <= most_at_once(ledger) <= 3
+        assert seed.size("q") == 0
+    finally:
+        seed.close()

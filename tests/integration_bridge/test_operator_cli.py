@@ -79,7 +79,8 @@ def test_an_operator_sees_and_steers_a_queue(
     assert row == {
         "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
         "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
-        "holders": {},
+        "holders": {}, "paused": False, "resume_at": None, "concurrency": None,
+        "waiting_on_limit": 0,
     }  # fmt: skip
     text = ok(cli("stats", url, *lay))
     assert text.splitlines()[0].split()[:4] == ["queue", "total", "ready", "reserved"]
@@ -449,3 +450,53 @@ def test_holds_are_shown_by_holder_and_released_by_name(
     assert again is not None and again.id == held.id and again.attempts == 2
     assert not table.delete(held)  # the released holder's late ack changes nothing
     assert table.delete(again)
+
+
+def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
+    """``pause`` / ``resume`` on contract v1's tables: shown in ``stats``; a worker's
+    claim gets nothing while paused and everything after; bad input is exit 2 and changes
+    nothing."""
+    from kombu_sqlqueue.store import JobStore, NewJob
+
+    url = f"sqlqueue+{db_url}"
+    store = JobStore(db_url)
+    try:
+        store.ensure_ready()
+        store.enqueue_many([NewJob("emails", b"%d" % n) for n in range(3)])
+        said = ok(cli("pause", url, "emails"))
+        assert said.strip() == "paused queue 'emails' until resumed"
+        (row,) = json.loads(ok(cli("stats", url, "--json")))
+        assert (row["queue"], row["ready"], row["paused"], row["resume_at"]) == (
+            "emails", 3, True, None
+        )  # fmt: skip
+        assert ok(cli("stats", url)).splitlines()[0].split()[-1] == "controls"
+        assert store.claim("emails", 3, 60).jobs == []
+
+        timed = ok(cli("pause", url, "later", "--for", "10m"))
+        assert timed.startswith("paused queue 'later' until 20") and timed.strip().endswith("UTC")
+        rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
+        assert rows["later"]["total"] == 0 and rows["later"]["resume_at"] - time.time() >= 590
+
+        for bad in (["--for", "0"], ["--for", "soon"], ["--for", "-5m"]):
+            refused = cli("pause", url, "other", *bad)
+            assert refused.returncode == 2, refused.stderr
+            assert "error" in refused.stderr.lower() and "Traceback" not in refused.stderr
+        refused = cli("pause", url, "bad\nname")
+        assert refused.returncode == 2 and "error: " in refused.stderr
+        assert {c.queue for c in store.controls()} == {"emails", "later"}
+
+        said = ok(cli("limit", url, "emails", "--concurrency", "2"))
+        assert said.strip() == "at most 2 job(s) of queue 'emails' held at once"
+        for bad in (["--concurrency", "0"], ["--concurrency", "-1"], ["--concurrency", "x"], []):
+            refused = cli("limit", url, "emails", *bad)
+            assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert ok(cli("resume", url, "emails")).strip() == "resumed queue 'emails'"
+        assert ok(cli("resume", url, "emails")).strip() == "queue 'emails' was not paused"
+        rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
+        assert rows["emails"]["concurrency"] == 2 and rows["emails"]["waiting_on_limit"] == 1
+        assert "concurrency 2, 1 waiting on it" in ok(cli("stats", url))
+        assert len(store.claim("emails", 3, 60).jobs) == 2
+        assert ok(cli("limit", url, "emails", "--clear")).strip() == "queue 'emails' has no limit"
+        assert len(store.claim("emails", 3, 60).jobs) == 1
+    finally:
+        store.close()

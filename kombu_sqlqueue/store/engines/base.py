@@ -376,9 +376,35 @@ class Queries(LayoutPrimitives):
     dedupe_sweep = sa.text("DELETE FROM askr_dedupe WHERE queue = :queue AND first_at <= :cutoff")
 
     # -- flow control (askr_queue_controls: store/controls.py decides) ----------------------
-    control_all = sa.text("SELECT queue, paused, resume_at FROM askr_queue_controls ORDER BY queue")
+    control_all = sa.text(
+        "SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls ORDER BY queue"
+    )
+    # A claim of a controlled queue reads its row first. Here (SQLite) the claim's
+    # transaction holds the database's one write lock (BEGIN IMMEDIATE): claims of the
+    # queue are one at a time already; the server engines lock the row (FOR UPDATE).
     control_get = sa.text(
-        "SELECT queue, paused, resume_at FROM askr_queue_controls WHERE queue = :queue"
+        """
+        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+         WHERE queue = :queue
+        """
+    )
+    # Live reservations of a queue, every holder's (a concurrency limit counts them).
+    control_held = sa.text(
+        "SELECT count(*) FROM askr_jobs WHERE queue = :queue AND reserved_until > :now"
+    )
+    control_limit = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, concurrency, updated_at)
+        VALUES (:queue, 0, :concurrency, :now)
+        ON CONFLICT (queue) DO UPDATE
+           SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+        """
+    )
+    control_unlimit = sa.text(
+        """
+        UPDATE askr_queue_controls SET concurrency = NULL, updated_at = :now
+         WHERE queue = :queue AND concurrency IS NOT NULL
+        """
     )
     control_pause = sa.text(
         """
@@ -403,7 +429,10 @@ class Queries(LayoutPrimitives):
     )
     # A row whose every control is off is dropped: the queue's claims are plain again.
     control_drop_idle = sa.text(
-        "DELETE FROM askr_queue_controls WHERE queue = :queue AND paused = 0"
+        """
+        DELETE FROM askr_queue_controls
+         WHERE queue = :queue AND paused = 0 AND concurrency IS NULL
+        """
     )
 
     # -- who holds what (seed 001's consumer identity) -------------------------------------

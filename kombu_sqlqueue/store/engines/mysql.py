@@ -100,6 +100,20 @@ class MySQLQueries(Queries):
         ON DUPLICATE KEY UPDATE paused = 1, resume_at = :resume_at, updated_at = :now
         """
     )
+    control_limit = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, concurrency, updated_at)
+        VALUES (:queue, 0, :concurrency, :now)
+        ON DUPLICATE KEY UPDATE concurrency = :concurrency, updated_at = :now
+        """
+    )
+    # The queue's row locked until the claim commits (see PostgreSQLQueries.control_get).
+    control_get = sa.text(
+        """
+        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+         WHERE queue = :queue FOR UPDATE
+        """
+    )
     dedupe_add = sa.text(
         """
         INSERT IGNORE INTO askr_dedupe (queue, dedupe_key, first_at) VALUES (:queue, :key, :now)

@@ -223,6 +223,15 @@ class PostgreSQLQueries(Queries):
             return int(tx.execute(self.job_enqueue_notify, notify).fetchone()[0])
         return int(tx.execute(self.job_enqueue_returning, row).fetchone()[0])
 
+    # The queue's row locked until the claim commits: claims of a controlled queue are one
+    # at a time, so a concurrency limit's count of held jobs cannot be raced past.
+    control_get = sa.text(
+        """
+        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+         WHERE queue = :queue FOR UPDATE
+        """
+    )
+
     def announce_ready(self, tx: Tx, queue: str) -> None:
         tx.execute(self.job_notify, {"channel": channel_of(queue), "queue": queue})
 

@@ -1,0 +1,349 @@
+"""What flow control costs a queue without limits: claims/s before and after, one run.
+
+Usage::
+
+    # this tree, in-process, once (starts a throwaway PostgreSQL and MariaDB):
+    python bench/bench_flow_control.py [--engines sqlite,postgresql,mysql]
+                                       [--jobs 5000] [--single 2000] [--empty 500]
+    # two commits side by side (issue 30: the commit before flow control and its own):
+    git worktree add /tmp/fc_before dfe5cf5
+    git worktree add /tmp/fc_after bf02dde
+    nice -n 10 python bench/bench_flow_control.py --ab /tmp/fc_before /tmp/fc_after [--rounds 3]
+    git worktree remove --force /tmp/fc_before; git worktree remove --force /tmp/fc_after
+
+Flow control (bf02dde) put ``AND NOT EXISTS (SELECT 1 FROM askr_queue_controls WHERE queue =
+:queue)`` in the plain claim statement, and has ``JobStore.claim`` read the controls table
+again after a plain claim that came back empty. The issue asks that a queue without limits
+pay nothing measurable. One run, on a fresh database (SQLite: a fresh file) and one store:
+
+* ``--jobs`` jobs (200-byte payloads) are stored with ``enqueue_many`` (500 a call, not
+  timed), then drained with ``claim(q, 10, 60)`` + ``ack_many`` of the batch until a claim
+  comes back empty: claims/s (every claim call, the last empty one too) and jobs/s;
+* ``--single`` more jobs are stored the same way and drained with ``claim(q, 1, 60)`` +
+  ``ack`` until empty: jobs/s;
+* ``--empty`` claims of the now empty queue, one after another: claims/s (the path that
+  reads the controls table again; SQLite's claim looks first and returns before it).
+
+``--ab BEFORE AFTER`` runs that measurement in subprocesses whose ``PYTHONPATH`` is each tree
+(checked: the ``kombu_sqlqueue`` each imported must be the tree's), interleaved A B B A in
+each of ``--rounds`` rounds, on each engine (a fresh database per run), and prints per engine
+the median of each side, the ratio after/before (> 1: after is faster) and the runs' range,
+with the commit each tree is at. Without ``--ab`` the measurement runs in this process for the
+``kombu_sqlqueue`` it imports, once per engine. The servers (``tests/servers.py``) and temp
+files are removed at the end; every subprocess wait is bounded (``--timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from bench_common import code_version, raise_on_sigterm  # noqa: E402
+
+ENGINES = ("sqlite", "postgresql", "mysql")
+PAYLOAD = b"x" * 200
+FILL_CHUNK = 500
+QUEUE = "q"
+
+#: What one run measures, in the order printed: key -> label (all rates, higher is better).
+METRICS = {
+    "batch_claims": "claim(10)+ack_many  claims/s",
+    "batch_jobs": "claim(10)+ack_many  jobs/s",
+    "single_jobs": "claim(1)+ack        jobs/s",
+    "empty_claims": "claim of empty q    claims/s",
+    # -- limited queue: to come (a later session) -------------------------------------------
+    # A queue with a concurrency limit: its throughput, and the wait before a freed slot is
+    # used. Its keys go here, and its phases in measure() after the plain ones, marked off
+    # the same way; nothing of it is measured yet.
+}
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+def measure(url: str, jobs: int, single: int, empty: int) -> dict[str, float | str]:
+    """One run on the fresh database at ``url`` (a store URL, no ``sqlqueue+``), with the
+    ``kombu_sqlqueue`` that ``sys.path`` finds; the rates of :data:`METRICS` and, under
+    ``module``, where that package was imported from."""
+    import kombu_sqlqueue
+    from kombu_sqlqueue.store import JobStore, NewJob
+
+    out: dict[str, float | str] = {"module": str(Path(kombu_sqlqueue.__file__).parent)}
+    store = JobStore(url)
+    try:
+        store.ensure_ready()
+
+        def fill(n: int) -> None:
+            for start in range(0, n, FILL_CHUNK):
+                count = min(FILL_CHUNK, n - start)
+                store.enqueue_many([NewJob(QUEUE, PAYLOAD) for _ in range(count)])
+
+        # -- a queue without limits -----------------------------------------------------------
+        fill(jobs)
+        claims = drained = 0
+        started = time.perf_counter()
+        while True:
+            claims += 1
+            batch = store.claim(QUEUE, 10, 60).jobs
+            if not batch:
+                break
+            store.ack_many([job.receipt for job in batch])
+            drained += len(batch)
+        spent = time.perf_counter() - started
+        if drained != jobs:
+            raise RuntimeError(f"batch drain took {drained} jobs of {jobs}")
+        out["batch_claims"] = claims / spent
+        out["batch_jobs"] = drained / spent
+
+        fill(single)
+        drained = 0
+        started = time.perf_counter()
+        while one := store.claim(QUEUE, 1, 60).jobs:
+            store.ack(one[0].receipt)
+            drained += 1
+        spent = time.perf_counter() - started
+        if drained != single:
+            raise RuntimeError(f"single drain took {drained} jobs of {single}")
+        out["single_jobs"] = drained / spent
+
+        if empty > 0:
+            started = time.perf_counter()
+            for _ in range(empty):
+                if store.claim(QUEUE, 10, 60).jobs:
+                    raise RuntimeError("a claim of the drained queue found a job")
+            out["empty_claims"] = empty / (time.perf_counter() - started)
+
+        # -- a limited queue: to come (see METRICS) -------------------------------------------
+    finally:
+        store.close()
+    return out
+
+
+# -- servers and fresh databases ------------------------------------------------------------
+
+
+class Server(Protocol):
+    """What this script uses of ``tests/servers.Server``."""
+
+    def create_database(self, name: str) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+class Databases:
+    """A fresh store URL per run, on each engine: SQLite files under ``workdir``, databases
+    on throwaway servers started here."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.servers: dict[str, Server] = {}
+        self.made = 0
+
+    def start(self, engine: str) -> None:
+        if engine == "sqlite" or engine in self.servers:
+            return
+        # tests/servers.py, by name: mypy does not read tests/ (Server states what is used).
+        servers = importlib.import_module("servers")
+        print(f"starting {engine} ...", flush=True)
+        server: Server = servers.STARTERS[engine]()
+        self.servers[engine] = server
+
+    def fresh(self, engine: str, tag: str) -> str:
+        self.made += 1
+        name = f"fc{self.made}_{tag}"
+        if engine == "sqlite":
+            return f"sqlite:///{self.workdir / (name + '.db')}"
+        return self.servers[engine].create_database(name)
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            with contextlib.suppress(Exception):
+                server.stop()
+
+
+@contextlib.contextmanager
+def databases(engines: list[str]) -> Iterator[Databases]:
+    with tempfile.TemporaryDirectory(prefix="bench-fc-") as tmp:
+        dbs = Databases(Path(tmp))
+        try:
+            for engine in engines:
+                dbs.start(engine)
+            yield dbs
+        finally:
+            dbs.stop()
+
+
+# -- A/B ------------------------------------------------------------------------------------
+
+
+def tree_commit(tree: Path) -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_in(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float | str]:
+    """:func:`measure` in a subprocess importing ``kombu_sqlqueue`` from ``tree``."""
+    cmd = [
+        sys.executable, str(Path(__file__).resolve()), "--child", url,
+        "--jobs", str(args.jobs), "--single", str(args.single), "--empty", str(args.empty),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=args.timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"run in {tree} exited {done.returncode}: {done.stderr[-3000:]}")
+    result: dict[str, float | str] = json.loads(done.stdout.strip().splitlines()[-1])
+    module = Path(str(result["module"])).resolve()
+    if not module.is_relative_to(tree.resolve()):
+        raise RuntimeError(f"run for {tree} imported kombu_sqlqueue from {module}")
+    return result
+
+
+def run_ab(args: argparse.Namespace) -> None:
+    trees = {"before": args.ab[0].resolve(), "after": args.ab[1].resolve()}
+    commits = {side: tree_commit(tree) for side, tree in trees.items()}
+    for side, tree in trees.items():
+        print(f"{side:<6} = {tree} @ {commits[side]}", flush=True)
+    runs: dict[tuple[str, str], list[dict[str, float | str]]] = {}
+    started = time.perf_counter()
+    with databases(args.engines) as dbs:
+        for round_ in range(1, args.rounds + 1):
+            for engine in args.engines:
+                for side in ("before", "after", "after", "before"):
+                    url = dbs.fresh(engine, side)
+                    result = run_in(trees[side], url, args)
+                    runs.setdefault((engine, side), []).append(result)
+                    print(f"round {round_} {engine:<10} {side:<6} {brief(result)}", flush=True)
+    print(
+        f"\njobs={args.jobs} single={args.single} empty={args.empty} rounds={args.rounds} "
+        f"(A B B A: {2 * args.rounds} runs a side per engine)  python {sys.version.split()[0]}  "
+        f"total {time.perf_counter() - started:.0f}s"
+    )
+    print(f"before: {trees['before']} @ {commits['before']}")
+    print(f"after:  {trees['after']} @ {commits['after']}\n")
+    print_ab(args.engines, runs)
+
+
+def brief(result: dict[str, float | str]) -> str:
+    return "  ".join(f"{key} {float(result[key]):,.0f}" for key in METRICS if key in result)
+
+
+def values(runs: list[dict[str, float | str]], key: str) -> list[float]:
+    return [float(r[key]) for r in runs if key in r]
+
+
+def print_ab(engines: list[str], runs: dict[tuple[str, str], list[dict[str, float | str]]]) -> None:
+    headers = ["engine", "metric (median of runs)", "before", "after", "after/before",
+               "before range", "after range"]  # fmt: skip
+    rows: list[list[str]] = []
+    for engine in engines:
+        for key, label in METRICS.items():
+            a = values(runs.get((engine, "before"), []), key)
+            b = values(runs.get((engine, "after"), []), key)
+            if not a or not b:
+                continue
+            ma, mb = statistics.median(a), statistics.median(b)
+            rows.append([
+                engine, label, f"{ma:,.0f}", f"{mb:,.0f}", f"{mb / ma:.3f}x",
+                f"{min(a):,.0f}-{max(a):,.0f}", f"{min(b):,.0f}-{max(b):,.0f}",
+            ])  # fmt: skip
+    print_table(headers, rows)
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    left = 2  # the engine and the metric's label
+    fmt = "  ".join(f"{{:<{w}}}" if i < left else f"{{:>{w}}}" for i, w in enumerate(widths))
+    print(fmt.format(*headers))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(fmt.format(*row), flush=True)
+
+
+# -- in-process -----------------------------------------------------------------------------
+
+
+def run_here(args: argparse.Namespace) -> None:
+    rows: list[list[str]] = []
+    module = "?"
+    with databases(args.engines) as dbs:
+        for engine in args.engines:
+            result = measure(dbs.fresh(engine, "here"), args.jobs, args.single, args.empty)
+            module = str(result["module"])
+            print(f"{engine:<10} {brief(result)}", flush=True)
+            rows += [
+                [engine, label, f"{float(result[key]):,.0f}"]
+                for key, label in METRICS.items()
+                if key in result
+            ]
+    print(
+        f"\nkombu_sqlqueue from {module} (code {code_version()})  jobs={args.jobs} "
+        f"single={args.single} empty={args.empty}  python {sys.version.split()[0]}\n"
+    )
+    print_table(["engine", "metric", "rate"], rows)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--ab", nargs=2, type=Path, metavar=("BEFORE_DIR", "AFTER_DIR"),
+        help="two work trees, measured in subprocesses (PYTHONPATH=tree), interleaved",
+    )  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3, help="--ab: rounds of A B B A")
+    p.add_argument(
+        "--engines",
+        type=lambda s: [e.strip() for e in s.split(",") if e.strip()],
+        default=list(ENGINES),
+        help="comma-separated, of: " + ",".join(ENGINES),
+    )
+    p.add_argument("--jobs", type=int, default=5000, help="jobs drained 10 a claim")
+    p.add_argument("--single", type=int, default=2000, help="jobs drained 1 a claim")
+    p.add_argument("--empty", type=int, default=500, help="claims of the empty queue (0: none)")
+    p.add_argument("--timeout", type=float, default=900.0, help="bound on one run, seconds")
+    p.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)  # one run, JSON out
+    args = p.parse_args(argv)
+    unknown = [e for e in args.engines if e not in ENGINES]
+    if unknown:
+        p.error(f"unknown engine(s) {unknown}: choose from {','.join(ENGINES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.jobs, args.single, args.empty)), flush=True)
+        return 0
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    if args.ab:
+        run_ab(args)
+    else:
+        run_here(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
