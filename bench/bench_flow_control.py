@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,10 +67,6 @@ METRICS = {
     "batch_jobs": "claim(10)+ack_many  jobs/s",
     "single_jobs": "claim(1)+ack        jobs/s",
     "empty_claims": "claim of empty q    claims/s",
-    # -- limited queue: to come (a later session) -------------------------------------------
-    # A queue with a concurrency limit: its throughput, and the wait before a freed slot is
-    # used. Its keys go here, and its phases in measure() after the plain ones, marked off
-    # the same way; nothing of it is measured yet.
 }
 
 
@@ -128,10 +125,113 @@ def measure(url: str, jobs: int, single: int, empty: int) -> dict[str, float | s
                     raise RuntimeError("a claim of the drained queue found a job")
             out["empty_claims"] = empty / (time.perf_counter() - started)
 
-        # -- a limited queue: to come (see METRICS) -------------------------------------------
     finally:
         store.close()
     return out
+
+
+# -- a limited queue (--limited: this tree, in-process) ------------------------------------
+
+
+def measure_limited(
+    url: str, jobs: int, limit: int, consumers: int, work: float, rest: float
+) -> dict[str, float]:
+    """``consumers`` threads (a store each: a worker each) drain ``jobs`` jobs of a queue
+    limited to ``limit`` held at once; each job takes ``work`` seconds, and a worker rests
+    ``rest`` seconds after an ack before it claims again — so a freed slot is taken by an
+    idle worker woken for it, or, failing a wake-up, by the resting one (or a poll).
+
+    The wait before a freed slot is used: the k-th ack (by time) frees the slot the
+    (k + limit)-th claim takes, so that claim's time minus that ack's is the wait."""
+    from kombu_sqlqueue.store import JobStore, NewJob, StoreOptions
+
+    seed = JobStore(url)
+    seed.ensure_ready()
+    for start in range(0, jobs, FILL_CHUNK):
+        seed.enqueue_many([NewJob(QUEUE, PAYLOAD) for _ in range(min(FILL_CHUNK, jobs - start))])
+    seed.limit(QUEUE, limit)
+    claims: list[float] = []
+    acks: list[float] = []
+    holds: list[tuple[float, float]] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def worker() -> None:
+        store = JobStore(url, StoreOptions())
+        try:
+            while not done.is_set():
+                got = store.claim(QUEUE, 1, 60).jobs
+                if not got:
+                    if store.size(QUEUE) == 0:
+                        done.set()
+                        return
+                    store.wait_for_jobs(1.0, [QUEUE])
+                    continue
+                claimed = time.perf_counter()
+                time.sleep(work)
+                before_ack = time.perf_counter()
+                store.ack(got[0].receipt)
+                acked = time.perf_counter()
+                with lock:
+                    claims.append(claimed)
+                    acks.append(acked)
+                    holds.append((claimed, before_ack))
+                time.sleep(rest)
+        finally:
+            store.close()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(consumers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spent = time.perf_counter() - started
+    seed.close()
+    claims.sort()
+    acks.sort()
+    waits = [claims[k + limit] - acks[k] for k in range(len(claims) - limit)]
+    edges = sorted([(a, 1) for a, _ in holds] + [(b, -1) for _, b in holds])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    waits.sort()
+    return {
+        "jobs": float(len(claims)),
+        "jobs_per_s": len(claims) / spent,
+        "ceiling_per_s": limit / (work + 0.0),
+        "wait_p50_ms": 1000 * waits[len(waits) // 2],
+        "wait_p99_ms": 1000 * waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+        "most_held": float(most),
+    }
+
+
+def run_limited(args: argparse.Namespace) -> None:
+    rows: list[list[str]] = []
+    with databases(args.engines) as dbs:
+        for engine in args.engines:
+            r = measure_limited(
+                dbs.fresh(engine, "limited"),
+                args.limited_jobs,
+                args.limit,
+                args.consumers,
+                args.work_ms / 1000,
+                args.rest_ms / 1000,
+            )
+            rows.append([
+                engine, f"{r['jobs']:.0f}", f"{r['jobs_per_s']:,.1f}", f"{r['ceiling_per_s']:,.1f}",
+                f"{r['wait_p50_ms']:.1f}", f"{r['wait_p99_ms']:.1f}", f"{r['most_held']:.0f}",
+            ])  # fmt: skip
+            print(f"{engine:<10} {rows[-1][1:]}", flush=True)
+    print(
+        f"\nlimit {args.limit}, {args.consumers} workers, {args.work_ms:g} ms a job, "
+        f"rest {args.rest_ms:g} ms after an ack (code {code_version()})\n"
+    )
+    print_table(
+        ["engine", "jobs", "jobs/s", "ceiling/s", "slot wait p50 ms", "p99 ms", "most held"],
+        rows,
+    )
 
 
 # -- servers and fresh databases ------------------------------------------------------------
@@ -325,6 +425,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--empty", type=int, default=500, help="claims of the empty queue (0: none)")
     p.add_argument("--timeout", type=float, default=900.0, help="bound on one run, seconds")
     p.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)  # one run, JSON out
+    p.add_argument(
+        "--limited",
+        action="store_true",
+        help="measure a limited queue instead (this tree): throughput, the wait before a "
+        "freed slot is used (p50/p99), the most held at once",
+    )
+    p.add_argument("--limit", type=int, default=2, help="--limited: the concurrency limit")
+    p.add_argument("--consumers", type=int, default=4, help="--limited: worker threads")
+    p.add_argument("--limited-jobs", type=int, default=400, help="--limited: jobs drained")
+    p.add_argument("--work-ms", type=float, default=10.0, help="--limited: one job's work")
+    p.add_argument("--rest-ms", type=float, default=50.0, help="--limited: rest after an ack")
     args = p.parse_args(argv)
     unknown = [e for e in args.engines if e not in ENGINES]
     if unknown:
@@ -338,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.child, args.jobs, args.single, args.empty)), flush=True)
         return 0
     signal.signal(signal.SIGTERM, raise_on_sigterm)
-    if args.ab:
+    if args.limited:
+        run_limited(args)
+    elif args.ab:
         run_ab(args)
     else:
         run_here(args)

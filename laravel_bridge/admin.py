@@ -5,10 +5,11 @@ as ``kombu_sqlqueue.store.admin.QueueAdmin`` (the ``laravel`` layout's, ``layout
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kombu_sqlqueue.exceptions import ConfigurationError
+from kombu_sqlqueue.exceptions import ConfigurationError, SchemaMismatch
 from kombu_sqlqueue.store.admin import (
     FailedJob,
     QueueStats,
@@ -20,12 +21,13 @@ from kombu_sqlqueue.store.admin import (
     read_rows,
     row_ref,
 )
+from kombu_sqlqueue.store.controls import check_pause
 from kombu_sqlqueue.store.executor import Tx
 from kombu_sqlqueue.store.model import Holding
 from kombu_sqlqueue.store.names import validate_queue_name
 
-from .exceptions import PayloadError
-from .laravel_tables import LaravelTableStore
+from .exceptions import LaravelBridgeError, PayloadError
+from .laravel_tables import FOREVER_SECONDS, LaravelTableStore, QueuePauses
 from .payload import Payload
 
 __all__ = ["LaravelAdmin"]
@@ -44,10 +46,21 @@ class LaravelAdmin:
 
     layout = "laravel"
 
-    def __init__(self, store: LaravelTableStore, retry_after: float = 90) -> None:
+    def __init__(
+        self,
+        store: LaravelTableStore,
+        retry_after: float = 90,
+        *,
+        pauses: QueuePauses | None = None,
+        connection: str = "database",
+    ) -> None:
         self._store = store
         self.retry_after = retry_after
         self.tables = (store.jobs_table.name, store.failed_table.name)
+        #: The cache table ``queue:pause`` writes, and the connection whose queues it is
+        #: for (None: the app keeps no database cache store here; pauses are not shown).
+        self._pauses = pauses
+        self.connection = connection
 
     def _params(self) -> dict[str, Any]:
         now = self._store._now()
@@ -61,7 +74,50 @@ class LaravelAdmin:
             return jobs, tx.execute(s.q.failed_counts).fetchall()
 
         jobs, dead = s._run(work, read_only=True)
-        return merge_stats(params["now"], jobs, dead)
+        found = {row.queue: row for row in merge_stats(params["now"], jobs, dead)}
+        for queue, until in self._paused().items():
+            row = found.get(queue, QueueStats(queue))
+            forever = until - params["now"] > FOREVER_SECONDS - 86400  # pause(), not pauseFor()
+            found[queue] = replace(row, paused=True, resume_at=None if forever else until)
+        return [found[name] for name in sorted(found)]
+
+    def _paused(self) -> dict[str, int]:
+        """The connection's paused queues → when their key expires; none when the cache
+        table is not in this database."""
+        if self._pauses is None:
+            return {}
+        try:
+            return self._pauses.pauses(self.connection)
+        except SchemaMismatch:
+            return {}
+
+    def _pause_table(self) -> QueuePauses:
+        if self._pauses is None:
+            raise LaravelBridgeError("give the database cache store's table (--cache-table)")
+        return self._pauses
+
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """``php artisan queue:pause connection:queue`` (Laravel 12.40+): the cache key
+        ``queue:work`` reads, forever or for ``for_seconds`` (``QueueManager::pauseFor``)."""
+        seconds = None
+        if for_seconds is not None:
+            seconds = check_pause(queue, for_seconds, 0.0)
+        self._pause_table().pause(self.connection, queue, seconds)
+
+    def resume(self, queue: str) -> bool:
+        """``php artisan queue:resume connection:queue``: the key forgotten; False when the
+        queue was not paused."""
+        return self._pause_table().resume(self.connection, queue)
+
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """Refused: Laravel's workers have no fleet-wide limit to honour (a queue's limit
+        is contract v1's, kept in its table; Laravel limits a job with its
+        ``WithoutOverlapping`` / ``RateLimited`` middleware)."""
+        raise LaravelBridgeError(
+            "Laravel's queue workers have no concurrency limit to honour: a limit is kept "
+            "with contract v1's tables (--layout askr); Laravel limits jobs with the "
+            "WithoutOverlapping or RateLimited job middleware"
+        )
 
     def attempts(self) -> dict[str, dict[int, int]]:
         return group_attempts(read_rows(self._store, self._store.q.attempts))
@@ -176,6 +232,8 @@ class LaravelAdmin:
         return self._store.purge(queue)
 
     def close(self) -> None:
+        if self._pauses is not None:
+            self._pauses.close()
         self._store.close()
 
 

@@ -182,7 +182,16 @@ def with_table_options(command: F) -> F:
     "--cache-prefix",
     default="laravel_cache",
     show_default=True,
-    help="Laravel's cache.prefix (the slug of APP_NAME + '_cache'), which lock keys start with.",
+    help="Laravel's cache.prefix (config('cache.prefix'); 8.x: the slug of APP_NAME + "
+    "'_cache', 12.x: + '-cache-'), which lock and pause keys start with.",
+)
+@click.option(
+    "--pause-cache",
+    default="cache",
+    show_default=True,
+    help="Laravel's database cache store table (cache; in --unique-locks-url's database when "
+    "given), where queue:pause writes (Laravel 12.40+): a paused queue is skipped, as "
+    "queue:work skips it; '' not to read pauses.",
 )
 @click.option(
     "--unknown-jobs",
@@ -243,6 +252,7 @@ def work(
     unique_locks_table: str | None,
     unique_locks_url: str | None,
     cache_prefix: str,
+    pause_cache: str,
     unknown_jobs: str,
     unknown_delay: float,
     max_payload: int,
@@ -279,6 +289,7 @@ def work(
         unique_locks=unique_locks_table,
         unique_locks_url=unique_locks_url,
         cache_prefix=cache_prefix,
+        pause_cache=pause_cache or None,
         unknown_jobs="fail" if unknown_jobs == "fail" else "release",
         unknown_delay=unknown_delay,
         max_payload=max_payload,

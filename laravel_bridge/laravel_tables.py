@@ -56,6 +56,7 @@ from .sql import (
     MAX_LARAVEL_ATTEMPTS,
     BatchQueries,
     CacheLockQueries,
+    CacheQueries,
     ExceptionCountQueries,
     LaravelQueries,
     laravel_table_specs,
@@ -520,11 +521,14 @@ class LaravelDeliveries:
         connection: str = "database",
         classes: Callable[[], Collection[str] | None] = lambda: None,
         uuid_of: Callable[[str | bytes], str],
+        paused: Callable[[Sequence[str]], set[str]] = lambda _queues: set(),
     ) -> None:
         self.store = store
         self.connection = connection
         self.classes = classes
         self.uuid_of = uuid_of
+        #: Which of the queues given ``queue:pause`` paused (``pauses.PausedQueues.of``).
+        self.paused = paused
 
     def _held(self, receipt: Receipt) -> tuple[int, int] | None:
         token = receipt.token
@@ -550,6 +554,8 @@ class LaravelDeliveries:
         self, queue: str, n: int, visibility: float, max_attempts: int | None = None
     ) -> ClaimResult:
         check_claim(queue, n)
+        if n <= 0 or self.paused([queue]):
+            return ClaimResult([])
         # Not through kombu_sqlqueue's claim screen: Laravel's rows have no time to live,
         # and a job past its tries is failed by Laravel's rules after the pop
         # (MaxAttemptsExceeded, outcomes.py), as Laravel's worker does, not by the claim.
@@ -748,6 +754,115 @@ class CacheLocks(LaravelAppTable):
                 lambda tx: tx.execute(self.q.release, {"key": key}).rowcount == 1, single=True
             )
         )
+
+
+_NO_CREATE = StoreOptions(create_tables=False)
+
+#: The cache key of a paused queue, after the cache prefix: ``QueueManager::pause``'s
+#: (Laravel 12.40+; ``queue:pause connection:queue``).
+PAUSE_KEY = "illuminate:queue:paused:{connection}:{queue}"
+#: Laravel 13.25+'s ``queue:pause --all`` (``pauseAll``): every queue of every connection.
+PAUSE_ALL_KEY = "illuminate:queues:paused"
+#: What ``pause`` stores there: PHP's ``serialize(true)``.
+PAUSE_VALUE = "b:1;"
+#: ``Repository::forever`` as ``DatabaseStore`` writes it: ten years from now.
+FOREVER_SECONDS = 315_360_000
+
+
+class QueuePauses(LaravelAppTable):
+    """The table of Laravel's ``database`` cache store (``cache``: key, value, expiration;
+    ``php artisan cache:table`` creates it), for the keys ``php artisan queue:pause`` and
+    ``queue:resume`` write and ``queue:work`` reads each loop (Laravel 12.40+):
+    ``<cache prefix>illuminate:queue:paused:<connection>:<queue>``, holding ``true``
+    (``b:1;``), forever (ten years, as ``DatabaseStore::forever``) or for a time
+    (``QueueManager::pauseFor``). ``prefix`` is the app's ``config('cache.prefix')``;
+    Laravel reads the app's default cache store: this table must be it.
+    """
+
+    def __init__(
+        self, database: str | Database, table: str = "cache", *, prefix: str = "laravel_cache"
+    ) -> None:
+        check_table_name(table)  # before a URL is opened
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"the cache prefix is a string, got {prefix!r}")
+        super().__init__(database, None if isinstance(database, Database) else _NO_CREATE)
+        self.create_hint = "Laravel's `php artisan cache:table` migration creates it"
+        self.q = CacheQueries(self.engine.queries, table)
+        self.table = self.q.table
+        self.prefix = prefix
+
+    def ensure_ready(self) -> None:
+        """Verify the table, once: it is the app's cache, never created here (a missing
+        one is :class:`~kombu_sqlqueue.exceptions.SchemaMismatch`, whatever the database's
+        ``create_tables``)."""
+        if not self._ready:
+            with self._ready_lock:
+                self.verify_schema()
+                self._ready = True
+
+    def key(self, connection: str, queue: str) -> str:
+        """The stored key of ``queue`` of ``connection`` paused (the prefix included)."""
+        return self.prefix + PAUSE_KEY.format(connection=connection, queue=queue)
+
+    def paused(self, connection: str, queues: Sequence[str]) -> set[str]:
+        """Those of ``queues`` (of ``connection``) paused now — every one while Laravel 13's
+        ``pauseAll`` key is set —: one read, as Laravel 13's ``getPausedQueues``
+        (``DatabaseStore::many``; an expired key is absent)."""
+        by_key = {self.key(connection, q): q for q in queues}
+        every = self.prefix + PAUSE_ALL_KEY
+        params = {"keys": sorted([*by_key, every]), "now": self._now()}
+        rows = self._run(
+            lambda tx: tx.execute_bound(self.q.live, params).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        found = {str(key) for key, _expiration in rows}
+        if every in found:
+            return set(queues)
+        return {by_key[key] for key in found if key in by_key}
+
+    def pauses(self, connection: str) -> dict[str, int]:
+        """Every queue of ``connection`` paused now → when its key expires (unix seconds;
+        ten years out for a pause until resumed)."""
+        start = self.key(connection, "")
+        params = {"start": start, "now": self._now()}
+        rows = self._run(
+            lambda tx: tx.execute(self.q.live_from, params).fetchall(),
+            read_only=True,
+            single=True,
+        )
+        return {str(key)[len(start) :]: int(expiration) for key, expiration in rows}
+
+    def pause(self, connection: str, queue: str, seconds: int | None = None) -> int:
+        """``QueueManager::pause`` (``pauseFor`` with ``seconds``): the key written, forever
+        or for ``seconds``; returns when it expires."""
+        validate_queue_name(queue)
+        now = self._now()
+        expiration = now + (FOREVER_SECONDS if seconds is None else seconds)
+        params: dict[str, Any] = {
+            "key": self.key(connection, queue),
+            "value": PAUSE_VALUE,
+            "expiration": expiration,
+        }
+
+        def work(tx: Tx) -> None:
+            tx.execute(self.q.forget, params)
+            tx.execute(self.q.put, params)
+
+        self._run(work)
+        return expiration
+
+    def resume(self, connection: str, queue: str) -> bool:
+        """``QueueManager::resume``: the key forgotten; True when the queue was paused."""
+        validate_queue_name(queue)
+        params = {"key": self.key(connection, queue), "now": self._now()}
+
+        def work(tx: Tx) -> bool:
+            paused = bool(tx.execute(self.q.forget_live, params).rowcount == 1)
+            tx.execute(self.q.forget, params)  # an expired row too, as forget() does
+            return paused
+
+        return bool(self._run(work))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from kombu_sqlqueue.store.layouts import JobSummary, LayoutSettings, short
 
 from .admin import LaravelAdmin
 from .exceptions import LaravelBridgeError
-from .laravel_tables import LaravelTableStore
+from .laravel_tables import LaravelTableStore, QueuePauses
 from .payload import Payload
 from .sql import laravel_tables
 
@@ -45,7 +45,10 @@ def summarize(payload: bytes | str) -> JobSummary:
 class LaravelLayout:
     """Laravel's ``jobs``/``failed_jobs`` (``--jobs-table``, ``--failed-table``: the app's
     ``queue.connections.database.table`` and ``queue.failed.table``; ``--retry-after``: the
-    connection's ``retry_after``, 90 by default as in ``config/queue.php``)."""
+    connection's ``retry_after``, 90 by default as in ``config/queue.php``; ``--connection``,
+    ``--cache-table``, ``--cache-prefix``: whose queues ``queue:pause`` pauses, and the
+    database cache store's table and ``cache.prefix`` its keys are in: ``database``,
+    ``cache``, ``laravel_cache``)."""
 
     name: ClassVar[str] = "laravel"
     description: ClassVar[str] = "Laravel's jobs/failed_jobs"
@@ -64,7 +67,14 @@ class LaravelLayout:
             tables.close()
             raise
         retry_after = 90.0 if settings.retry_after is None else settings.retry_after
-        return LaravelAdmin(tables, retry_after)
+        pauses = QueuePauses(
+            tables.database,
+            settings.cache_table or "cache",
+            prefix="laravel_cache" if settings.cache_prefix is None else settings.cache_prefix,
+        )
+        return LaravelAdmin(
+            tables, retry_after, pauses=pauses, connection=settings.connection or "database"
+        )
 
     def create_tables(self, url: str, settings: LayoutSettings) -> str:
         jobs, failed = self._tables(settings)

@@ -33,7 +33,7 @@ import logging
 import threading
 import uuid as uuid_module
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +63,7 @@ from .celery_message import (
 from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .job import CLOSURE_COMMAND, MalformedJob, _set, parse_job
-from .laravel_tables import LaravelDeliveries, LaravelTableStore
+from .laravel_tables import LaravelDeliveries, LaravelTableStore, QueuePauses
 from .outcomes import (
     Attempt,
     Failed,
@@ -74,6 +74,7 @@ from .outcomes import (
     storable_text,
     unique_lock,
 )
+from .pauses import PausedQueues
 from .payload import (
     DEFAULT_LARAVEL_VERSION,
     LARAVEL_VERSIONS,
@@ -107,6 +108,7 @@ SETTINGS = frozenset(
         "unique_locks",
         "unique_locks_url",
         "cache_prefix",
+        "pause_cache",
     }
 )
 
@@ -143,7 +145,10 @@ class LaravelFormat:
     job Celery has no task for is offered again, 60), ``laravel_version`` (the payload keys
     a job sent from Celery gets, 8), ``batches_table`` (Laravel's ``job_batches``),
     ``unique_locks``, ``unique_locks_url`` and ``cache_prefix`` (a ``ShouldBeUnique`` job's
-    lock released when it is done or failed, as ``laravel-bridge work`` releases it).
+    lock released when it is done or failed, as ``laravel-bridge work`` releases it),
+    ``pause_cache`` (Laravel's database cache store table, ``"cache"``, in
+    ``unique_locks_url``'s database when given: a queue ``php artisan queue:pause`` paused
+    is not claimed; None: pauses not read).
     Laravel's rules for a job's outcome are :mod:`laravel_bridge.outcomes`', shared with
     ``laravel-bridge work``.
     """
@@ -215,6 +220,16 @@ class LaravelFormat:
             raise ConfigurationError(
                 f"laravel queue format: cache_prefix is a string, got {prefix!r}"
             )
+        pause_cache = settings.get("pause_cache", "cache")
+        if pause_cache is not None and not isinstance(pause_cache, str):
+            raise ConfigurationError(
+                f"laravel queue format: pause_cache is a table name or None, got {pause_cache!r}"
+            )
+        #: Queues ``queue:pause`` paused (Laravel's layout only: opened with the table).
+        self.pauses = PausedQueues(None, self.connection)
+        self._pause_cache: str | None = pause_cache
+        self._cache_prefix = prefix
+        self._cache_url: str | None = settings.get("unique_locks_url")
         #: Laravel's rules for a job's outcome (``outcomes``), with the app tables they write
         #: on the queue's database: the same as ``laravel-bridge work``'s.
         self.rules = LaravelRules(
@@ -257,9 +272,22 @@ class LaravelFormat:
         self._tables = store
 
         classes = self.handled_classes if self.claim == "handled" else (lambda: None)
+        self.pauses = PausedQueues(self._pause_table(store.database), self.connection)
         return LaravelDeliveries(
-            store, connection=self.connection, classes=classes, uuid_of=_uuid_of
+            store,
+            connection=self.connection,
+            classes=classes,
+            uuid_of=_uuid_of,
+            paused=self.pauses.of,
         )
+
+    def _pause_table(self, database: Database) -> Callable[[], QueuePauses] | None:
+        """What opens the cache table pauses are read from (None: not read)."""
+        table, prefix, url = self._pause_cache, self._cache_prefix, self._cache_url
+        if table is None:
+            return None
+        where: str | Database = database if url is None else url
+        return lambda: QueuePauses(where, table, prefix=prefix)
 
     def handled_classes(self) -> Collection[str] | None:
         """The PHP classes with a task in the Celery app (None, every class, outside one)."""
@@ -448,6 +476,7 @@ class LaravelFormat:
         """Close the app tables the rules opened, and their database when the format opened
         it (contract v1's layout: no table store of its own to share a pool with)."""
         self.rules.close()
+        self.pauses.close()
         if self._app is not None:
             self._app.close()
             self._app = None

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_LARAVEL_ATTEMPTS",
     "BatchQueries",
     "CacheLockQueries",
+    "CacheQueries",
     "ExceptionCountQueries",
     "LaravelQueries",
     "laravel_table_specs",
@@ -393,6 +394,43 @@ class CacheLockQueries:
                 sa.or_(c.owner == sa.bindparam("owner"), c.expiration <= sa.bindparam("now")),
             )
             .values(owner=sa.bindparam("owner"), expiration=sa.bindparam("expiration"))
+        )
+
+
+class CacheQueries:
+    """The table of Laravel's ``database`` cache store (``cache``: key, value, expiration),
+    as ``Illuminate\\Cache\\DatabaseStore`` reads and writes it, for the keys a queue
+    worker reads there (``queue:pause``'s)."""
+
+    def __init__(self, engine: type[Queries], table: str) -> None:
+        self.table = sa.Table(
+            table,
+            sa.MetaData(),
+            sa.Column("key", sa.String(255), primary_key=True),
+            sa.Column("value", sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")),
+            sa.Column("expiration", sa.Integer, nullable=False),
+        )
+        c = self.table.c
+        # DatabaseStore::many: the keys given, unexpired (an expired row counts as absent).
+        self.live = sa.select(c.key, c.expiration).where(
+            c.key.in_(sa.bindparam("keys", expanding=True)), c.expiration > sa.bindparam("now")
+        )
+        # Every unexpired key that starts with :start (a position, not LIKE: no wildcards).
+        self.live_from = sa.select(c.key, c.expiration).where(
+            engine.text_position(c.key, sa.bindparam("start")) == 1,
+            c.expiration > sa.bindparam("now"),
+        )
+        # DatabaseStore::put (Laravel 8: insert, else update; 11+: upsert): one key's row
+        # replaced in one transaction.
+        self.forget = sa.delete(self.table).where(c.key == sa.bindparam("key"))
+        self.put = sa.insert(self.table).values(
+            key=sa.bindparam("key"),
+            value=sa.bindparam("value"),
+            expiration=sa.bindparam("expiration"),
+        )
+        # The row as DatabaseStore::forget finds it: present and unexpired.
+        self.forget_live = sa.delete(self.table).where(
+            c.key == sa.bindparam("key"), c.expiration > sa.bindparam("now")
         )
 
 

@@ -45,6 +45,7 @@ from .laravel_tables import (
     JobBatches,
     LaravelRow,
     LaravelTableStore,
+    QueuePauses,
 )
 from .sql import MAX_LARAVEL_ATTEMPTS
 
@@ -192,6 +193,11 @@ class JobTable(Protocol):
         opened once, on the same pool."""
         ...
 
+    def queue_pauses(self, table: str, prefix: str) -> QueuePauses:
+        """Laravel's database cache store's table ``table`` in this database, where
+        ``queue:pause`` writes, its keys starting with ``prefix``; never created here."""
+        ...
+
     def close(self) -> None:
         """Close the table's connections."""
         ...
@@ -273,6 +279,11 @@ class _CounterMixin:
     def job_batches(self, table: str) -> JobBatches:
         self._batches = self._app_table(JobBatches, self._batches, table, "job batches")
         return self._batches
+
+    def queue_pauses(self, table: str, prefix: str) -> QueuePauses:
+        if self._database is None:
+            raise LaravelBridgeError("queue pauses need a SQL database, not the memory store")
+        return QueuePauses(self._database, table, prefix=prefix)
 
     def _app_table(self, kind: type[_T], opened: _T | None, table: str, what: str) -> _T:
         """``opened`` if it is ``table``, else ``kind`` opened on this table's database."""

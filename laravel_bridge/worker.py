@@ -54,6 +54,7 @@ from .encryption import Encrypter
 from .exceptions import LaravelBridgeError
 from .handlers import REGISTRY, Handler, HandlerRegistry
 from .job import Job, MalformedJob, parse_job
+from .laravel_tables import QueuePauses
 from .outcomes import (
     Attempt,
     Failed,
@@ -66,6 +67,7 @@ from .outcomes import (
     storable_text,
     unique_lock,
 )
+from .pauses import PausedQueues
 from .payload import MAX_PAYLOAD_BYTES
 from .tables import JobTable, PushJob, ReservedJob
 from .unknown import FailUnknown, UnknownJobPolicy, UnknownJobs
@@ -160,6 +162,12 @@ class WorkerOptions:
     #: Laravel's ``cache.prefix`` (``laravel_cache`` for an app named Laravel: the slug of
     #: ``APP_NAME`` + ``_cache``), the start of every lock key in that table.
     cache_prefix: str = "laravel_cache"
+    #: The table of Laravel's ``database`` cache store (``cache``; in the cache
+    #: connection's database, ``unique_locks_url``, when that is given), where
+    #: ``php artisan queue:pause`` (Laravel 12.40+) writes: a paused queue of
+    #: ``connection`` is skipped, as ``queue:work`` skips it. None: pauses are not read (a
+    #: missing table is said once, then not read either).
+    pause_cache: str | None = "cache"
     #: A job whose class has no handler: ``release`` it (attempt refunded) after
     #: ``unknown_delay`` seconds (at least ``MIN_UNKNOWN_DELAY``), for another worker
     #: that knows it, or ``fail`` it.
@@ -241,6 +249,8 @@ class Worker:
         self.rules = LaravelRules(
             lambda: self.table, self.options, unique_locks_hint="--unique-locks-table"
         )
+        #: Queues ``queue:pause`` paused (Laravel's layout; contract v1's claim knows its own).
+        self.pauses = PausedQueues(self._pause_table(), self.options.connection)
 
     # -- the loop -----------------------------------------------------------------
 
@@ -282,6 +292,7 @@ class Worker:
             finally:
                 self._finishing = False
                 self.rules.close()
+                self.pauses.close()
         return 0
 
     def process_next(self) -> bool:
@@ -306,13 +317,30 @@ class Worker:
 
     def pop(self) -> ReservedJob | None:
         """One sweep: the first ready job of the queues, in their order (of the classes
-        this worker runs, unless ``claim`` is ``all``)."""
+        this worker runs, unless ``claim`` is ``all``), a paused queue skipped."""
         classes = self._claimed_classes()
-        for queue in self.options.queues:
+        for queue in self._unpaused():
             job = self.table.pop(queue, self.options.retry_after, classes)
             if job is not None:
                 return job
         return None
+
+    def _unpaused(self) -> list[str]:
+        """The worker's queues, in order, but those ``queue:pause`` paused
+        (``Worker::getNextJob`` skips them the same way)."""
+        paused = self.pauses.of(self.options.queues)
+        return [queue for queue in self.options.queues if queue not in paused]
+
+    def _pause_table(self) -> Callable[[], QueuePauses] | None:
+        """What opens the cache table pauses are read from; None: not read."""
+        opts = self.options
+        table = opts.pause_cache
+        if table is None or self.table.layout != "laravel":
+            return None
+        url = opts.unique_locks_url
+        if url is not None:
+            return lambda: QueuePauses(url, table, prefix=opts.cache_prefix)
+        return lambda: self.table.queue_pauses(table, opts.cache_prefix)
 
     def _claimed_classes(self) -> list[str] | None:
         """The classes a pop may reserve: those with a handler here (None: every class)."""
@@ -535,7 +563,7 @@ class Worker:
         if not going_on:
             return self.table.delete(job, then)
         deleted, self._next = self.table.delete_and_pop(
-            job, then, list(opts.queues), opts.retry_after, self._claimed_classes()
+            job, then, self._unpaused(), opts.retry_after, self._claimed_classes()
         )
         return deleted
 

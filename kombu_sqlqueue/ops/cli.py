@@ -24,7 +24,7 @@ import click
 from .._version import __version__
 from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
-from ..store.admin import ContractAdmin, FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.database import schema_ddl
 from ..store.layouts import (
     CONTRACT_LAYOUT,
@@ -88,6 +88,23 @@ def _layout_options(command: F) -> F:
             help="Another layout's seconds after which a reservation counts as ready again "
             "(a queue connection's retry_after) [default: its own].",
         ),
+        click.option(
+            "--connection",
+            default=None,
+            help="Another layout's connection whose queues a pause is for (its queue "
+            "connection's name) [default: its own].",
+        ),
+        click.option(
+            "--cache-table",
+            default=None,
+            help="Another layout's table pauses are kept in (its database cache store's "
+            "table) [default: its own].",
+        ),
+        click.option(
+            "--cache-prefix",
+            default=None,
+            help="Another layout's start of every pause key (its cache prefix) [default: its own].",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -99,6 +116,9 @@ def _settings(kw: dict[str, Any]) -> LayoutSettings:
         jobs_table=kw.pop("jobs_table"),
         failed_table=kw.pop("failed_table"),
         retry_after=kw.pop("retry_after"),
+        connection=kw.pop("connection"),
+        cache_table=kw.pop("cache_table"),
+        cache_prefix=kw.pop("cache_prefix"),
     )
 
 
@@ -628,13 +648,6 @@ def release(url: str, holder: str, queue: str | None, force: bool) -> None:
     click.echo(_safe(f"released {count} job(s){where} held by {holder}"))
 
 
-def _contract_admin(url: str) -> ContractAdmin:
-    """Contract v1's admin at ``url`` (flow control lives in its tables)."""
-    admin = open_admin(url)
-    assert isinstance(admin, ContractAdmin)
-    return admin
-
-
 def _until(resume_at: int | None) -> str:
     return "until resumed" if resume_at is None else f"until {_when(resume_at)} UTC"
 
@@ -642,19 +655,21 @@ def _until(resume_at: int | None) -> str:
 @main.command()
 @click.argument("url")
 @click.argument("queue")
+@_layout_options
 @click.option(
     "--for",
     "for_seconds",
     callback=parse_duration,
     help="End the pause by itself after this long (90, 45s, 30m, 12h, 7d).",
 )
-def pause(url: str, queue: str, for_seconds: float | None) -> None:
+def pause(url: str, queue: str, for_seconds: float | None, **kw: Any) -> None:
     """Pause QUEUE for every worker: none claims a job of it until `resume` (or --for).
 
     Jobs already held finish and settle; publishes are still stored. Workers stop
     claiming at their next claim. A queue no one has used yet may be paused (the pause
-    waits for it)."""
-    admin = _contract_admin(url)
+    waits for it). With --layout laravel it is `php artisan queue:pause` (Laravel 12.40+:
+    the key queue:work reads, in the database cache store's table)."""
+    admin = _admin(kw, url)
     try:
         admin.pause(queue, for_seconds)
         (row,) = [r for r in admin.stats() if r.queue == queue] or [QueueStats(queue)]
@@ -666,6 +681,7 @@ def pause(url: str, queue: str, for_seconds: float | None) -> None:
 @main.command()
 @click.argument("url")
 @click.argument("queue")
+@_layout_options
 @click.option(
     "--concurrency",
     type=int,
@@ -673,14 +689,14 @@ def pause(url: str, queue: str, for_seconds: float | None) -> None:
     help="At most N jobs of QUEUE held at once, across every worker.",
 )
 @click.option("--clear", is_flag=True, help="Remove QUEUE's limits.")
-def limit(url: str, queue: str, concurrency: int | None, clear: bool) -> None:
+def limit(url: str, queue: str, concurrency: int | None, clear: bool, **kw: Any) -> None:
     """Limit QUEUE for every worker: at most --concurrency N of its jobs held at once.
 
     Jobs past the limit wait, not failed and not charged an attempt, and are claimed as
     held ones settle. A change takes effect at every worker's next claim."""
     if clear == (concurrency is not None):
         raise click.UsageError("give either --concurrency N or --clear")
-    admin = _contract_admin(url)
+    admin = _admin(kw, url)
     try:
         admin.limit(queue, concurrency)
     finally:
@@ -692,10 +708,12 @@ def limit(url: str, queue: str, concurrency: int | None, clear: bool) -> None:
 @main.command()
 @click.argument("url")
 @click.argument("queue")
-def resume(url: str, queue: str) -> None:
+@_layout_options
+def resume(url: str, queue: str, **kw: Any) -> None:
     """Resume QUEUE after `pause`: workers claim from it again (at once where the
-    database can tell them: PostgreSQL, SQLite; within a polling interval elsewhere)."""
-    admin = _contract_admin(url)
+    database can tell them: PostgreSQL, SQLite; within a polling interval elsewhere).
+    With --layout laravel it is `php artisan queue:resume`."""
+    admin = _admin(kw, url)
     try:
         resumed = admin.resume(queue)
     finally:

@@ -154,6 +154,20 @@ class QueueAdmin(Protocol):
         """Delete the jobs of ``queue`` no one holds (seed 004's clear); return how many."""
         ...
 
+    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+        """Pause ``queue`` for every worker of the layout (for ``for_seconds``, or until
+        resumed); a queue no one has used yet may be paused."""
+        ...
+
+    def resume(self, queue: str) -> bool:
+        """End a pause of ``queue``; False when it was not paused."""
+        ...
+
+    def limit(self, queue: str, concurrency: int | None) -> None:
+        """At most ``concurrency`` jobs of ``queue`` held at once (None: no limit), where
+        the layout's workers honour one (else a named error)."""
+        ...
+
     def close(self) -> None:
         """Release the connections."""
         ...

@@ -29,13 +29,20 @@ CONTRACT_LAYOUT = "askr"
 @dataclass(frozen=True, slots=True)
 class LayoutSettings:
     """What an operator says of a layout's tables (the CLI's ``--jobs-table``,
-    ``--failed-table``, ``--retry-after``); None: the layout's own default."""
+    ``--failed-table``, ``--retry-after``, ``--connection``, ``--cache-table``,
+    ``--cache-prefix``); None: the layout's own default."""
 
     jobs_table: str | None = None
     failed_table: str | None = None
     #: Seconds after which a reservation counts as lapsed, for a layout whose table
     #: records when a job was reserved rather than until when.
     retry_after: float | None = None
+    #: The connection a layout's queues belong to (Laravel's queue connection name).
+    connection: str | None = None
+    #: Where a layout keeps a queue's pause, and how its keys start (Laravel's database
+    #: cache store's table and ``cache.prefix``).
+    cache_table: str | None = None
+    cache_prefix: str | None = None
 
 
 _SHORT = reprlib.Repr()

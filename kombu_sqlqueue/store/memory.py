@@ -411,6 +411,7 @@ class MemoryJobStore:
         if row is None:
             return False
         self._space.delete(row)
+        self._slot_freed(row.queue)
         for new in then:
             self._space.insert(new)
         return True
@@ -480,6 +481,13 @@ class MemoryJobStore:
             self._settle_control(dataclasses.replace(control, paused=False, resume_at=None))
             return True
 
+    def _slot_freed(self, queue: str) -> None:
+        """A held job of ``queue`` settled: when the queue has a concurrency limit, its idle
+        consumers are woken (a slot is free), as the SQL store's _slots_freed_in does."""
+        control = self._space.controls.get(queue)
+        if control is not None and control.concurrency is not None:
+            self._space.wake(queue)
+
     def _settle_control(self, control: QueueControl) -> None:
         """Store ``control`` (dropped when nothing is in force: control_drop_idle); wake
         the queue's idle consumers when it may hand out more than before."""
@@ -518,6 +526,8 @@ class MemoryJobStore:
                 row.attempts = max(row.attempts - 1, 0)
             if delay <= 0:  # ready now: wake idle consumers (the SQL engines poll for it)
                 s.wake(row.queue)
+            else:
+                self._slot_freed(row.queue)
             return True
 
     def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
@@ -547,6 +557,7 @@ class MemoryJobStore:
             now,
         )
         s.delete(row)
+        self._slot_freed(row.queue)
 
     def dead_letter(self, receipt: Receipt, reason: str) -> bool:
         """Move the held job to the dead letters with ``reason``, at once; fenced."""

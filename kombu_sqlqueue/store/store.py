@@ -15,6 +15,8 @@ error, like an empty claim.
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Self
 
@@ -48,6 +50,16 @@ from .topology import Topology
 from .waiting import IdleWaits
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a store trusts what it last read of which queues have controls, once its plain
+#: claims come back empty: a store that missed a new pause or limit claims nothing of that
+#: queue meanwhile (the plain claim takes nothing from a controlled queue), and claims
+#: under it from the next read on.
+CONTROLS_RECHECK = 1.0
+
+#: The claim tokens of limited queues' claims a store remembers (the oldest forgotten first:
+#: a delivery held longer than this many claims later frees its slot without a wake-up).
+SLOT_TOKENS_KEPT = 4096
 
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
@@ -97,6 +109,11 @@ class JobStore(TableStore):
         #: nothing from one that has a row, so a stale set never lets a claim past a
         #: control: an empty plain claim reads the set again (:meth:`_see_controls`).
         self._controlled: frozenset[str] = frozenset()
+        #: Claim token → queue, for this store's claims made under a concurrency limit:
+        #: settling one of their deliveries frees a slot, and says so (_slots_freed_in).
+        self._slot_tokens: OrderedDict[str, str] = OrderedDict()
+        #: When :meth:`_see_controls` last read them (monotonic seconds).
+        self._controls_read_at = -CONTROLS_RECHECK
 
     # -- schema -------------------------------------------------------------------
 
@@ -322,12 +339,32 @@ class JobStore(TableStore):
         held = 0
         if control.concurrency is not None:
             held = int(tx.execute(self.q.control_held, binds).fetchone()[0])
+            self._slot_tokens[params.token] = params.queue
+            while len(self._slot_tokens) > SLOT_TOKENS_KEPT:
+                self._slot_tokens.popitem(last=False)
         return claim_allowance(control, params.now, params.n, held)
+
+    def _frees_slots(self, tokens: Collection[str]) -> bool:
+        """Whether settling deliveries of these claim tokens frees a limited queue's slot
+        (their claim was made under a concurrency limit)."""
+        return any(token in self._slot_tokens for token in tokens)
+
+    def _slots_freed_in(self, tx: Tx, tokens: Collection[str]) -> None:
+        """Tell the idle consumers of the limited queues these tokens' settlements freed a
+        slot of (at commit; PostgreSQL's NOTIFY), so the slot is claimed at once."""
+        for queue in {self._slot_tokens[t] for t in tokens if t in self._slot_tokens}:
+            self.q.announce_ready(tx, queue)
 
     def _see_controls(self, queue: str) -> bool:
         """Read which queues have controls (after a plain claim came back empty: it may
-        have met a row this store did not know of); whether ``queue`` has. A read that
-        fails changes nothing: the claim's answer stands, the next empty one reads again."""
+        have met a row this store did not know of), at most every
+        :data:`CONTROLS_RECHECK` seconds (an idle consumer's empty claims would otherwise
+        pay a second round trip each); whether ``queue`` has controls. A read that fails
+        changes nothing: the claim's answer stands, a later empty one reads again."""
+        now = time.monotonic()
+        if now - self._controls_read_at < CONTROLS_RECHECK:
+            return False
+        self._controls_read_at = now
         try:
             self._controlled = frozenset(c.queue for c in self.controls())
         except StoreError as exc:
@@ -358,6 +395,8 @@ class JobStore(TableStore):
             if acked:
                 for row in rows:
                     self.q.insert_job(tx, row)
+                if self._frees_slots([receipt.token]):
+                    self._slots_freed_in(tx, [receipt.token])
             for params in claims:
                 controlled = params.queue in self._controlled
                 result = self._claim_in(tx, params, max_attempts, controlled=controlled)
@@ -378,6 +417,8 @@ class JobStore(TableStore):
     def ack(self, receipt: Receipt) -> bool:
         """Delete the job if ``receipt`` still holds it; ``False`` means stale (nothing written)."""
         params = {"id": receipt.job_id, "token": receipt.token}
+        if self._frees_slots([receipt.token]):
+            return self.ack_many([receipt]) == {receipt}
         return self._run(
             lambda tx: bool(tx.execute(self.q.job_ack, params).rowcount == 1), single=True
         )
@@ -406,16 +447,22 @@ class JobStore(TableStore):
             return set()
         return self._run(
             lambda tx: self._ack_rows_in(tx, by_token),
-            single=len(by_token) == 1 and self.q.ack_rows_in_one_statement,
+            single=len(by_token) == 1
+            and self.q.ack_rows_in_one_statement
+            and not self._frees_slots(by_token),
         )
 
     def _ack_rows_in(self, tx: Tx, by_token: dict[str, list[int]]) -> set[Receipt]:
-        """Delete the rows each token still holds (one statement per token); those acked."""
-        return {
+        """Delete the rows each token still holds (one statement per token); those acked.
+        A limited queue's idle consumers are told of the slots freed."""
+        acked = {
             Receipt(job_id, token)
             for token, ids in by_token.items()
             for job_id in self.q.ack_rows(tx, token, ids)
         }
+        if acked and self._frees_slots(by_token):
+            self._slots_freed_in(tx, {r.token for r in acked})
+        return acked
 
     def ack_many_and_claim(
         self,
@@ -439,7 +486,12 @@ class JobStore(TableStore):
             return self.ack_many(receipts), ClaimResult([])
         by_token = ids_by_token(receipts)
         controlled = queue in self._controlled
-        if len(by_token) == 1 and self.q.ack_and_claim_in_one_statement and not controlled:
+        if (
+            len(by_token) == 1
+            and self.q.ack_and_claim_in_one_statement
+            and not controlled
+            and not self._frees_slots(by_token)
+        ):
             # One statement (one round trip); only rows that must not be handed out need
             # a transaction after it, as in claim().
             ((token, ids),) = by_token.items()
@@ -499,7 +551,15 @@ class JobStore(TableStore):
             "token": receipt.token,
             "available_at": ready_at(now, delay),
         }
-        return self._run(lambda tx: bool(tx.execute(query, params).rowcount == 1), single=True)
+        tokens = [receipt.token]
+
+        def work(tx: Tx) -> bool:
+            settled = bool(tx.execute(query, params).rowcount == 1)
+            if settled and self._frees_slots(tokens):
+                self._slots_freed_in(tx, tokens)
+            return settled
+
+        return self._run(work, single=not self._frees_slots(tokens))
 
     def renew(self, receipts: Sequence[Receipt], visibility: float) -> set[Receipt]:
         """Extend the reservations still held; return the receipts that were.
@@ -576,6 +636,8 @@ class JobStore(TableStore):
         if tx.execute(self.q.job_dead_letter_copy, params).rowcount != 1:
             return False
         tx.execute(self.q.job_ack, params)
+        if self._frees_slots([receipt.token]):
+            self._slots_freed_in(tx, [receipt.token])
         return True
 
     def dead_letter(self, receipt: Receipt, reason: str) -> bool:

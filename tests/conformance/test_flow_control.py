@@ -148,6 +148,7 @@ def test_resume_wakes_an_idle_consumer(
         pytest.skip("MariaDB has no wake-up: a resumed queue is claimed within a poll")
     store.enqueue(job())
     store.pause("q")
+    other.wait_for_jobs(0.01, ["q"])  # the listener (if any) open and listening
     woke: list[bool] = []
     waiter = threading.Thread(target=lambda: woke.append(other.wait_for_jobs(60, ["q"])))
     waiter.start()
@@ -347,3 +348,34 @@ def test_racing_claimers_in_separate_processes_never_hold_more_than_the_limit(
         assert seed.size("q") == 0
     finally:
         seed.close()
+
+
+@pytest.mark.parametrize("settle", ["ack", "ack_many", "release", "dead_letter"])
+def test_a_freed_slot_wakes_a_consumer_waiting_on_the_limit(
+    store: JobContract, other: JobContract, engine_name: str, settle: str
+) -> None:
+    """The held job of a queue at its limit settles: an idle consumer of the queue is
+    woken at once (PostgreSQL: a NOTIFY at the settlement's commit), not at its poll."""
+    if engine_name == "mysql":
+        pytest.skip("MariaDB has no wake-up: a freed slot is claimed within a poll")
+    store.enqueue_many([job(payload=b"1"), job(payload=b"2")])
+    store.limit("q", 1)
+    (held,) = store.claim("q", 5, 60).jobs
+    assert other.claim("q", 5, 60).jobs == []  # at the limit
+    other.wait_for_jobs(0.01, ["q"])  # the listener (if any) open and listening
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(other.wait_for_jobs(60, ["q"])))
+    waiter.start()
+    time.sleep(0.5)  # the waiter is in its wait
+    receipt = held.receipt
+    if settle == "ack":
+        assert store.ack(receipt)
+    elif settle == "ack_many":
+        assert store.ack_many([receipt]) == {receipt}
+    elif settle == "release":
+        assert store.release(receipt, delay=30)
+    else:
+        assert store.dead_letter(receipt, "boom")
+    waiter.join(20)
+    assert woke == [True]
+    assert len(other.claim("q", 5, 60).jobs) == 1

@@ -204,6 +204,13 @@ class LaravelQueueHarness:
         row = self.json_lines("dispatch-unique", class_name, arg, with_key=True)[0]
         return bool(row["dispatched"])
 
+    def queue_pause(self, verb: str, queue: str, ttl: int | None = None) -> bool:
+        """Laravel 12.40+'s ``QueueManager`` ``pause`` / ``pause-for`` (``ttl`` seconds) /
+        ``resume`` / ``is-paused`` of ``queue`` of the ``database`` connection, on the
+        database cache store; whether ``isPaused()`` says it is paused after."""
+        extra = [] if ttl is None else [str(ttl)]
+        return bool(self.json_lines("queue-pause", verb, "database", queue, *extra)[0]["paused"])
+
     def work_args(
         self,
         *,

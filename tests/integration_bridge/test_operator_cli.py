@@ -207,6 +207,18 @@ def test_the_exporter_serves_the_queues_figures(
     }
     assert {key: found[key] for key in expected} == expected
     assert ("askr_scrape_duration_seconds", "") in found
+    assert found[("askr_queue_paused", "default")] == 0
+    if table.layout == "askr":  # flow control is contract v1's (Laravel's: test_laravel_pause)
+        store = table.store  # type: ignore[attr-defined]
+        store.pause("default")
+        store.limit("default", 1)
+        found = scrape(exporter)
+        assert found[("askr_queue_paused", "default")] == 1
+        assert found[("askr_queue_paused", "mail")] == 0
+        assert found[("askr_queue_concurrency_limit", "default")] == 1
+        assert ("askr_queue_concurrency_limit", "mail") not in found
+        # one held, one ready: the limit of 1 holds the ready one back
+        assert found[("askr_queue_waiting_on_limit", "default")] == 1
 
 
 def test_stats_watch_refreshes_until_interrupted(db_url: str, layout: str, table: JobTable) -> None:

@@ -32,6 +32,10 @@
 //                                      notification ($user->notify()), closure (dispatch(fn)),
 //                                      models (a SerializesModels job: collection + relations); one
 //                                      JSON line per case: {case,id,uuid,queue,payload}
+//   queue-pause CONN VERB CONNECTION QUEUE [TTL]  Laravel 12.40+'s QueueManager pause/pauseFor/
+//                                      resume (VERB: pause, pause-for, resume, is-paused) on the
+//                                      database cache store (table cache, prefix laravel_cache);
+//                                      {"paused": isPaused()}
 //
 // Job classes and cases: jobs.php. Their handle() appends a JSON line to $QUEUE_HARNESS_LOG.
 error_reporting(E_ALL & ~E_DEPRECATED);
@@ -484,6 +488,30 @@ function dispatch_unique(Container $container, string $class, string $arg): void
     out(['dispatched' => $row !== null, 'id' => $row ? (int) $row->id : null]);
 }
 
+/** Laravel 12.40's QueueManager::pause / pauseFor / resume / isPaused, verbatim but for the
+ * store they reach (8.83 has no QueueManager::pause; its DatabaseStore writes a key as 12.x's
+ * does: prefix + key, serialize()d value, expiration = now + seconds, forever = ten years):
+ *     $this->app['cache']->store()->forever("illuminate:queue:paused:{$connection}:{$queue}", true);
+ *     $this->app['cache']->store()->put("illuminate:queue:paused:{$connection}:{$queue}", true, $ttl);
+ *     $this->app['cache']->store()->forget("illuminate:queue:paused:{$connection}:{$queue}");
+ *     return (bool) $this->app['cache']->store()->get("illuminate:queue:paused:{$connection}:{$queue}", false);
+ * which Worker::getNextJob asks of each queue before it pops it (a paused one is skipped). */
+function queue_pause(Container $container, string $verb, string $connection, string $queue,
+    ?string $ttl): void
+{
+    $store = new CacheRepository(new Illuminate\Cache\DatabaseStore(
+        $container['db']->connection('default'), 'cache', 'laravel_cache', 'cache_locks'));
+    $key = "illuminate:queue:paused:{$connection}:{$queue}";
+    switch ($verb) {
+        case 'pause': $store->forever($key, true); break;
+        case 'pause-for': $store->put($key, true, (int) $ttl); break;
+        case 'resume': $store->forget($key); break;
+        case 'is-paused': break;
+        default: fail_usage("queue-pause: unknown verb {$verb}");
+    }
+    out(['paused' => (bool) $store->get($key, false)]);
+}
+
 /** Bus::batch([...])->then(...)->catch(...)->finally(...)->dispatch(), as an app writes it. */
 function dispatch_batch(Container $container, array $args): void
 {
@@ -602,6 +630,10 @@ switch ($cmd) {
     case 'batch':
         dispatch_batch(boot($conn, $argv[3] ?? fail_usage('batch CONN APP_KEY LABEL…')),
             array_slice($argv, 4));
+        break;
+    case 'queue-pause':
+        queue_pause(boot($conn), $argv[3] ?? fail_usage('queue-pause CONN VERB CONNECTION QUEUE [TTL]'),
+            $argv[4] ?? fail_usage('CONNECTION'), $argv[5] ?? fail_usage('QUEUE'), $argv[6] ?? null);
         break;
     case 'queue-things':
         queue_things(boot($conn, $argv[3] ?? fail_usage('queue-things CONN APP_KEY [CASE …]')),
