@@ -1,6 +1,10 @@
-"""What flow control costs a queue without limits: claims/s before and after, one run.
+"""What flow control costs a queue without limits (claims/s before and after, one run), and
+how a limited queue runs (throughput, the wait before a freed slot is used).
 
 Usage::
+
+    # a limited queue, this tree (its workers are threads, a store each):
+    python bench/bench_flow_control.py --limited [--limit 2 --consumers 6 --work-ms 50 --rest-ms 10]
 
     # this tree, in-process, once (starts a throwaway PostgreSQL and MariaDB):
     python bench/bench_flow_control.py [--engines sqlite,postgresql,mysql]
@@ -432,10 +436,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "freed slot is used (p50/p99), the most held at once",
     )
     p.add_argument("--limit", type=int, default=2, help="--limited: the concurrency limit")
-    p.add_argument("--consumers", type=int, default=4, help="--limited: worker threads")
+    p.add_argument("--consumers", type=int, default=6, help="--limited: worker threads")
     p.add_argument("--limited-jobs", type=int, default=400, help="--limited: jobs drained")
-    p.add_argument("--work-ms", type=float, default=10.0, help="--limited: one job's work")
-    p.add_argument("--rest-ms", type=float, default=50.0, help="--limited: rest after an ack")
+    p.add_argument("--work-ms", type=float, default=50.0, help="--limited: one job's work")
+    p.add_argument("--rest-ms", type=float, default=10.0, help="--limited: rest after an ack")
     args = p.parse_args(argv)
     unknown = [e for e in args.engines if e not in ENGINES]
     if unknown:

@@ -53,6 +53,7 @@ class LaravelAdmin:
         *,
         pauses: QueuePauses | None = None,
         connection: str = "database",
+        prefix_given: bool = True,
     ) -> None:
         self._store = store
         self.retry_after = retry_after
@@ -61,6 +62,9 @@ class LaravelAdmin:
         #: for (None: the app keeps no database cache store here; pauses are not shown).
         self._pauses = pauses
         self.connection = connection
+        #: The operator named the cache prefix: a pause is written under it (only then:
+        #: Laravel's ``queue:resume`` forgets the one key its own prefix makes).
+        self._prefix_given = prefix_given
 
     def _params(self) -> dict[str, Any]:
         now = self._store._now()
@@ -102,6 +106,13 @@ class LaravelAdmin:
         seconds = None
         if for_seconds is not None:
             seconds = check_pause(queue, for_seconds, 0.0)
+        if not self._prefix_given:
+            raise LaravelBridgeError(
+                "give the app's cache prefix (--cache-prefix, config('cache.prefix')): an app "
+                "named Laravel has laravel_cache (8.x), laravel_cache_ (9.x to 12.0) or "
+                "laravel-cache- (12.x from skeleton v12.1.0, 13.x); a pause under another "
+                "prefix is one queue:work never reads"
+            )
         self._pause_table().pause(self.connection, queue, seconds)
 
     def resume(self, queue: str) -> bool:

@@ -182,8 +182,9 @@ def with_table_options(command: F) -> F:
     "--cache-prefix",
     default="laravel_cache",
     show_default=True,
-    help="Laravel's cache.prefix (config('cache.prefix'); 8.x: the slug of APP_NAME + "
-    "'_cache', 12.x: + '-cache-'), which lock and pause keys start with.",
+    help="Laravel's cache.prefix (config('cache.prefix')), which lock and pause keys start "
+    "with; left at laravel_cache, pauses are read under every default an app named Laravel "
+    "has had (laravel_cache, laravel_cache_, laravel-cache-).",
 )
 @click.option(
     "--pause-cache",

@@ -769,18 +769,33 @@ PAUSE_VALUE = "b:1;"
 FOREVER_SECONDS = 315_360_000
 
 
+#: Laravel's ``cache.prefix`` for an app named Laravel (the slug of ``APP_NAME``), by the
+#: skeleton the app was made from: 8.x ``laravel_cache``; 9.x to 12.0 ``laravel_cache_``;
+#: 12.x from skeleton v12.1.0, and 13.x, ``laravel-cache-``. The bridge's default prefix is
+#: the first; a pause is read (and resumed) under all three while the prefix is that default.
+DEFAULT_CACHE_PREFIX = "laravel_cache"
+DEFAULT_CACHE_PREFIXES = ("laravel_cache", "laravel_cache_", "laravel-cache-")
+
+
 class QueuePauses(LaravelAppTable):
     """The table of Laravel's ``database`` cache store (``cache``: key, value, expiration;
     ``php artisan cache:table`` creates it), for the keys ``php artisan queue:pause`` and
     ``queue:resume`` write and ``queue:work`` reads each loop (Laravel 12.40+):
     ``<cache prefix>illuminate:queue:paused:<connection>:<queue>``, holding ``true``
     (``b:1;``), forever (ten years, as ``DatabaseStore::forever``) or for a time
-    (``QueueManager::pauseFor``). ``prefix`` is the app's ``config('cache.prefix')``;
-    Laravel reads the app's default cache store: this table must be it.
+    (``QueueManager::pauseFor``). ``prefix`` is the app's ``config('cache.prefix')``; left
+    at :data:`DEFAULT_CACHE_PREFIX`, a pause under any default of
+    :data:`DEFAULT_CACHE_PREFIXES` is read (and ended by :meth:`resume`): an app named
+    Laravel, whatever skeleton it came from. :meth:`pause` writes under ``prefix`` alone.
+    Laravel reads the app's default cache store: this table must be it. Never created here.
     """
 
     def __init__(
-        self, database: str | Database, table: str = "cache", *, prefix: str = "laravel_cache"
+        self,
+        database: str | Database,
+        table: str = "cache",
+        *,
+        prefix: str = DEFAULT_CACHE_PREFIX,
     ) -> None:
         check_table_name(table)  # before a URL is opened
         if not isinstance(prefix, str):
@@ -789,7 +804,7 @@ class QueuePauses(LaravelAppTable):
         self.create_hint = "Laravel's `php artisan cache:table` migration creates it"
         self.q = CacheQueries(self.engine.queries, table)
         self.table = self.q.table
-        self.prefix = prefix
+        self.prefixes = DEFAULT_CACHE_PREFIXES if prefix == DEFAULT_CACHE_PREFIX else (prefix,)
 
     def ensure_ready(self) -> None:
         """Verify the table, once: it is the app's cache, never created here (a missing
@@ -800,66 +815,77 @@ class QueuePauses(LaravelAppTable):
                 self.verify_schema()
                 self._ready = True
 
-    def key(self, connection: str, queue: str) -> str:
-        """The stored key of ``queue`` of ``connection`` paused (the prefix included)."""
-        return self.prefix + PAUSE_KEY.format(connection=connection, queue=queue)
+    def keys(self, connection: str, queue: str) -> list[str]:
+        """The stored keys of ``queue`` of ``connection`` paused, one per prefix."""
+        key = PAUSE_KEY.format(connection=connection, queue=queue)
+        return [prefix + key for prefix in self.prefixes]
 
     def paused(self, connection: str, queues: Sequence[str]) -> set[str]:
         """Those of ``queues`` (of ``connection``) paused now — every one while Laravel 13's
         ``pauseAll`` key is set —: one read, as Laravel 13's ``getPausedQueues``
         (``DatabaseStore::many``; an expired key is absent)."""
-        by_key = {self.key(connection, q): q for q in queues}
-        every = self.prefix + PAUSE_ALL_KEY
-        params = {"keys": sorted([*by_key, every]), "now": self._now()}
+        by_key = {key: q for q in queues for key in self.keys(connection, q)}
+        every = {prefix + PAUSE_ALL_KEY for prefix in self.prefixes}
+        params = {"keys": sorted([*by_key, *every]), "now": self._now()}
         rows = self._run(
             lambda tx: tx.execute_bound(self.q.live, params).fetchall(),
             read_only=True,
             single=True,
         )
         found = {str(key) for key, _expiration in rows}
-        if every in found:
+        if found & every:
             return set(queues)
         return {by_key[key] for key in found if key in by_key}
 
     def pauses(self, connection: str) -> dict[str, int]:
         """Every queue of ``connection`` paused now → when its key expires (unix seconds;
         ten years out for a pause until resumed)."""
-        start = self.key(connection, "")
-        params = {"start": start, "now": self._now()}
-        rows = self._run(
-            lambda tx: tx.execute(self.q.live_from, params).fetchall(),
-            read_only=True,
-            single=True,
-        )
-        return {str(key)[len(start) :]: int(expiration) for key, expiration in rows}
+        found: dict[str, int] = {}
+        now = self._now()
+        for prefix in self.prefixes:
+            start = prefix + PAUSE_KEY.format(connection=connection, queue="")
+            params = {"start": start, "now": now}
+            rows = self._run(
+                lambda tx, params=params: tx.execute(self.q.live_from, params).fetchall(),  # type: ignore[misc]
+                read_only=True,
+                single=True,
+            )
+            for key, expiration in rows:
+                queue = str(key)[len(start) :]
+                found[queue] = max(found.get(queue, 0), int(expiration))
+        return found
 
     def pause(self, connection: str, queue: str, seconds: int | None = None) -> int:
-        """``QueueManager::pause`` (``pauseFor`` with ``seconds``): the key written, forever
-        or for ``seconds``; returns when it expires."""
+        """``QueueManager::pause`` (``pauseFor`` with ``seconds``): the key written under the
+        prefix given (one key: ``queue:resume`` forgets one), forever or for ``seconds``;
+        returns when it expires."""
         validate_queue_name(queue)
         now = self._now()
         expiration = now + (FOREVER_SECONDS if seconds is None else seconds)
-        params: dict[str, Any] = {
-            "key": self.key(connection, queue),
-            "value": PAUSE_VALUE,
-            "expiration": expiration,
-        }
+        key = self.prefixes[0] + PAUSE_KEY.format(connection=connection, queue=queue)
+        rows = [{"key": key, "value": PAUSE_VALUE, "expiration": expiration}]
 
         def work(tx: Tx) -> None:
-            tx.execute(self.q.forget, params)
-            tx.execute(self.q.put, params)
+            for row in rows:
+                tx.execute(self.q.forget, row)
+                tx.execute(self.q.put, row)
 
         self._run(work)
         return expiration
 
     def resume(self, connection: str, queue: str) -> bool:
-        """``QueueManager::resume``: the key forgotten; True when the queue was paused."""
+        """``QueueManager::resume``: the key forgotten (under each prefix); True when the
+        queue was paused."""
         validate_queue_name(queue)
-        params = {"key": self.key(connection, queue), "now": self._now()}
+        now = self._now()
+        keys = self.keys(connection, queue)
 
         def work(tx: Tx) -> bool:
-            paused = bool(tx.execute(self.q.forget_live, params).rowcount == 1)
-            tx.execute(self.q.forget, params)  # an expired row too, as forget() does
+            paused = False
+            for key in keys:
+                params = {"key": key, "now": now}
+                paused |= bool(tx.execute(self.q.forget_live, params).rowcount == 1)
+                tx.execute(self.q.forget, params)  # an expired row too, as forget() does
             return paused
 
         return bool(self._run(work))

@@ -73,7 +73,11 @@ class LaravelLayout:
             prefix="laravel_cache" if settings.cache_prefix is None else settings.cache_prefix,
         )
         return LaravelAdmin(
-            tables, retry_after, pauses=pauses, connection=settings.connection or "database"
+            tables,
+            retry_after,
+            pauses=pauses,
+            connection=settings.connection or "database",
+            prefix_given=settings.cache_prefix is not None,
         )
 
     def create_tables(self, url: str, settings: LayoutSettings) -> str:

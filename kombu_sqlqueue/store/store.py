@@ -291,11 +291,17 @@ class JobStore(TableStore):
         out; ``first``: a first round already claimed and screened (by ``claim``'s one
         statement); ``controlled``: the queue has controls, read first (they may let the
         claim take fewer rows, or none)."""
+        limited = False
         if controlled:
-            allowed = self._allowance_in(tx, params)
-            if allowed <= 0:
-                return ClaimResult([])
-            params = params.more(min(params.n, allowed))
+            control = self._control_in(tx, params)
+            # No row (any more): the plain claim, whose NOT EXISTS still refuses the queue
+            # if a pause or limit commits between that read and this claim.
+            controlled = control is not None
+            if control is not None:
+                allowed, limited = self._allowance_in(tx, params, control)
+                if allowed <= 0:
+                    return ClaimResult([])
+                params = params.more(min(params.n, allowed))
         token, now = params.token, params.now
         jobs: list[ClaimedJob] = []
         dead = expired = 0
@@ -321,12 +327,17 @@ class JobStore(TableStore):
                 expired += len(ids)
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
+        if limited and jobs:
+            # Settling these frees the limited queue's slots: say so then (_slots_freed_in).
+            self._slot_tokens[token] = params.queue
+            while len(self._slot_tokens) > SLOT_TOKENS_KEPT:
+                self._slot_tokens.popitem(last=False)
         return ClaimResult(jobs, dead, expired)
 
-    def _allowance_in(self, tx: Tx, params: ClaimParams) -> int:
-        """How many rows a claim of a controlled queue may take (:mod:`.controls`
-        decides), read in the claim's transaction; a pause whose time ran out is ended
-        here, and a queue found without controls is claimed plainly from then on."""
+    def _control_in(self, tx: Tx, params: ClaimParams) -> QueueControl | None:
+        """The claimed queue's controls, read (and locked, on the server engines) in the
+        claim's transaction; a pause whose time ran out is ended here. None: the queue has
+        none (any more), and is claimed plainly from then on."""
         binds = {"queue": params.queue, "now": params.now}
         control = read_control(tx.execute(self.q.control_get, binds).fetchone())
         if control is not None and control.paused and not control.paused_at(params.now):
@@ -335,14 +346,17 @@ class JobStore(TableStore):
                 control = None
         if control is None:
             self._controlled = self._controlled - {params.queue}
-            return params.n
+        return control
+
+    def _allowance_in(self, tx: Tx, params: ClaimParams, control: QueueControl) -> tuple[int, bool]:
+        """How many rows a claim of a controlled queue may take (:mod:`.controls`
+        decides), and whether a concurrency limit counted them."""
         held = 0
         if control.concurrency is not None:
+            binds = {"queue": params.queue, "now": params.now}
             held = int(tx.execute(self.q.control_held, binds).fetchone()[0])
-            self._slot_tokens[params.token] = params.queue
-            while len(self._slot_tokens) > SLOT_TOKENS_KEPT:
-                self._slot_tokens.popitem(last=False)
-        return claim_allowance(control, params.now, params.n, held)
+        allowed = claim_allowance(control, params.now, params.n, held)
+        return allowed, control.concurrency is not None
 
     def _frees_slots(self, tokens: Collection[str]) -> bool:
         """Whether settling deliveries of these claim tokens frees a limited queue's slot
@@ -352,7 +366,7 @@ class JobStore(TableStore):
     def _slots_freed_in(self, tx: Tx, tokens: Collection[str]) -> None:
         """Tell the idle consumers of the limited queues these tokens' settlements freed a
         slot of (at commit; PostgreSQL's NOTIFY), so the slot is claimed at once."""
-        for queue in {self._slot_tokens[t] for t in tokens if t in self._slot_tokens}:
+        for queue in {q for t in tokens if (q := self._slot_tokens.get(t)) is not None}:
             self.q.announce_ready(tx, queue)
 
     def _see_controls(self, queue: str) -> bool:
@@ -383,6 +397,16 @@ class JobStore(TableStore):
         """Ack a delivery (storing ``then``, a chain's next job) and claim the next job of
         the first of ``queues`` that has one, in one transaction: a worker finishing a job
         and taking the next pays one commit instead of two. Returns (acked, next job)."""
+        if any(queue in self._controlled for queue in queues):
+            # A controlled queue's claim locks its row until commit: two workers locking
+            # two queues' rows in their own orders would deadlock. So the ack first, then
+            # each queue's claim in a transaction of its own (two commits, not one).
+            acked = self.ack_and_enqueue(receipt, then)
+            for queue in queues:
+                claimed = self.claim(queue, 1, visibility, max_attempts).jobs
+                if claimed:
+                    return acked, claimed[0]
+            return acked, None
         now = self.clock()
         rows = [self._job_row(job, now) for job in then]
         claims = [ClaimParams.of(q, 1, visibility, self.clock(), self.holder) for q in queues]
@@ -430,14 +454,19 @@ class JobStore(TableStore):
         rows = [self._job_row(job, now) for job in jobs]
         params = {"id": receipt.job_id, "token": receipt.token}
 
+        tokens = [receipt.token]
+        frees = self._frees_slots(tokens)
+
         def work(tx: Tx) -> bool:
             if tx.execute(self.q.job_ack, params).rowcount != 1:
                 return False
             for row in rows:
                 self.q.insert_job(tx, row)
+            if frees:
+                self._slots_freed_in(tx, tokens)
             return True
 
-        return self._run(work, single=not rows)
+        return self._run(work, single=not rows and not frees)
 
     def ack_many(self, receipts: Sequence[Receipt]) -> set[Receipt]:
         """Ack several deliveries in one transaction, each fenced by its own reservation;

@@ -181,7 +181,7 @@ def test_claims_racing_a_pause_take_nothing_once_it_returned(db_url: str) -> Non
                     seen.extend(j.id for j in claimed.jobs)
                     if paused_at and began > paused_at[0]:
                         after.extend(j.id for j in claimed.jobs)
-                time.sleep(0.001)  # a consumer's work: the pause lands mid-queue
+                time.sleep(0.01)  # a consumer's work: the pause lands mid-queue
                 if not claimed.jobs and not paused_at and s.size("q") == 0:
                     return
         finally:
@@ -379,3 +379,19 @@ def test_a_freed_slot_wakes_a_consumer_waiting_on_the_limit(
     waiter.join(20)
     assert woke == [True]
     assert len(other.claim("q", 5, 60).jobs) == 1
+
+
+def test_a_worker_over_several_controlled_queues_claims_each_under_its_control(
+    store: JobContract,
+) -> None:
+    """``ack_and_claim`` over queues that have controls (the bridge's worker: ``--queue
+    b,a``): b is paused, a is limited to 1 — the ack frees a's slot for the next job."""
+    store.enqueue_many([job("a"), job("a"), job("b")])
+    store.limit("a", 1)
+    store.pause("b")
+    (first,) = store.claim("a", 5, 60).jobs
+    acked, after = store.ack_and_claim(first.receipt, (), ["b", "a"], 60)
+    assert acked and after is not None and after.queue == "a"
+    acked, last = store.ack_and_claim(after.receipt, (), ["b", "a"], 60)
+    assert acked and last is None
+    assert store.size("b") == 1

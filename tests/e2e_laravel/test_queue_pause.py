@@ -45,8 +45,11 @@ def dispatch(db_url: str, queue: str, n: int) -> None:
 
 
 def operator(*args: str) -> str:
+    """The operator's CLI on Laravel's layout, with the harness's cache prefix (Laravel 8's
+    default, which its DatabaseStore is built with)."""
+    laravel = ["--layout", "laravel", "--cache-prefix", "laravel_cache"]
     done = subprocess.run(
-        [sys.executable, "-m", "kombu_sqlqueue", *args, "--layout", "laravel"],
+        [sys.executable, "-m", "kombu_sqlqueue", *args, *laravel],
         capture_output=True,
         text=True,
         timeout=60,
@@ -66,9 +69,9 @@ def test_a_pause_laravel_writes_stops_our_worker(queue: LaravelQueueHarness) -> 
     assert work(db, ["emails", "default"]) == ["emails:1"]
 
     dispatch(db, "emails", 2)
-    assert queue.queue_pause("pause-for", "emails", 2) is True  # pauseFor(2)
+    assert queue.queue_pause("pause-for", "emails", 6) is True  # pauseFor(6)
     assert work(db, ["emails"]) == []
-    time.sleep(3.1)  # the key expired: absent, as DatabaseStore reads it
+    time.sleep(7.1)  # the key expired: absent, as DatabaseStore reads it
     assert queue.queue_pause("is-paused", "emails") is False
     assert work(db, ["emails"]) == ["emails:2"]
 

@@ -66,23 +66,28 @@ def cli(*args: str) -> Any:
 
 def test_the_operators_pause_is_the_key_laravel_writes(db_url: str, pauses: QueuePauses) -> None:
     lay = ["--layout", "laravel"]
-    done = cli("pause", db_url, "emails", *lay)
+    unnamed = cli("pause", db_url, "emails", *lay)  # which prefix would queue:work read?
+    assert unnamed.returncode == 2 and "--cache-prefix" in unnamed.stderr, unnamed.stderr
+    assert cache_rows(db_url) == []
+    done = cli("pause", db_url, "emails", "--cache-prefix", PREFIX, *lay)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "paused queue 'emails' until resumed"
     ((key, value, expiration),) = cache_rows(db_url)
     assert (key, value) == (f"{PREFIX}illuminate:queue:paused:database:emails", "b:1;")
     assert abs(expiration - (time.time() + FOREVER_SECONDS)) < 60  # Repository::forever
 
-    done = cli("pause", db_url, "reports", "--for", "10m", "--connection", "redis", *lay)
+    mine = ["--connection", "redis", "--cache-prefix", "shop_cache_"]
+    done = cli("pause", db_url, "reports", "--for", "10m", *mine, *lay)
     assert done.returncode == 0, done.stderr
-    rows = {k: e for k, _v, e in cache_rows(db_url)}
-    assert abs(rows[f"{PREFIX}illuminate:queue:paused:redis:reports"] - time.time() - 600) < 60
+    found = {k: e for k, _v, e in cache_rows(db_url)}
+    assert abs(found["shop_cache_illuminate:queue:paused:redis:reports"] - time.time() - 600) < 60
+    assert len(found) == 2  # that prefix alone
 
     stats = json.loads(cli("stats", db_url, "--json", *lay).stdout)
     (row,) = [r for r in stats if r["queue"] == "emails"]
     assert (row["paused"], row["resume_at"], row["total"]) == (True, None, 0)
     assert "reports" not in {r["queue"] for r in stats}  # another connection's queue
-    again = json.loads(cli("stats", db_url, "--json", "--connection", "redis", *lay).stdout)
+    again = json.loads(cli("stats", db_url, "--json", *mine, *lay).stdout)
     (row,) = [r for r in again if r["queue"] == "reports"]
     assert row["paused"] and abs(row["resume_at"] - time.time() - 600) < 60
 
@@ -94,8 +99,21 @@ def test_the_operators_pause_is_the_key_laravel_writes(db_url: str, pauses: Queu
     assert cli("resume", db_url, "emails", *lay).stdout.strip() == "resumed queue 'emails'"
     assert cli("resume", db_url, "emails", *lay).stdout.strip() == "queue 'emails' was not paused"
     assert [k for k, _v, _e in cache_rows(db_url)] == [
-        f"{PREFIX}illuminate:queue:paused:redis:reports"
+        "shop_cache_illuminate:queue:paused:redis:reports"
     ]
+
+
+def test_a_pause_under_any_default_prefix_is_read(db_url: str, pauses: QueuePauses) -> None:
+    """An app named Laravel keys its cache by the skeleton it came from (8: laravel_cache,
+    9-12.0: laravel_cache_, 12.1+/13: laravel-cache-): the default reads each."""
+    for n, prefix in enumerate(("laravel_cache", "laravel_cache_", "laravel-cache-")):
+        one = QueuePauses(db_url, "cache", prefix=prefix)
+        one.pause("database", f"q{n}")
+        one.close()
+    assert pauses.paused("database", ["q0", "q1", "q2", "q3"]) == {"q0", "q1", "q2"}
+    other = QueuePauses(db_url, "cache", prefix="shop_cache_")
+    assert other.paused("database", ["q0", "q1", "q2"]) == set()
+    other.close()
 
 
 def test_laravel_bridge_work_skips_a_paused_queue_until_it_is_resumed(
