@@ -12,9 +12,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
-def code_version() -> str:
-    """The commit under test, ``+dirty`` when the packages have uncommitted edits."""
-    git = ["git", "-C", str(REPO)]
+def code_version(repo: Path = REPO) -> str:
+    """The commit under test (of ``repo``: this checkout, or a work tree an A/B measures),
+    ``+dirty`` when the packages have uncommitted edits."""
+    git = ["git", "-C", str(repo)]
     try:
         head = subprocess.run(
             [*git, "rev-parse", "--short", "HEAD"],

@@ -295,19 +295,6 @@ def databases(engines: list[str]) -> Iterator[Databases]:
 # -- A/B ------------------------------------------------------------------------------------
 
 
-def tree_commit(tree: Path) -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def run_in(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float | str]:
     """:func:`measure` in a subprocess importing ``kombu_sqlqueue`` from ``tree``."""
     cmd = [
@@ -329,7 +316,7 @@ def run_in(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float | 
 
 def run_ab(args: argparse.Namespace) -> None:
     trees = {"before": args.ab[0].resolve(), "after": args.ab[1].resolve()}
-    commits = {side: tree_commit(tree) for side, tree in trees.items()}
+    commits = {side: code_version(tree) for side, tree in trees.items()}
     for side, tree in trees.items():
         print(f"{side:<6} = {tree} @ {commits[side]}", flush=True)
     runs: dict[tuple[str, str], list[dict[str, float | str]]] = {}

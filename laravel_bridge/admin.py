@@ -100,9 +100,10 @@ class LaravelAdmin:
             raise LaravelBridgeError("give the database cache store's table (--cache-table)")
         return self._pauses
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """``php artisan queue:pause connection:queue`` (Laravel 12.40+): the cache key
-        ``queue:work`` reads, forever or for ``for_seconds`` (``QueueManager::pauseFor``)."""
+        ``queue:work`` reads, forever or for ``for_seconds`` (``QueueManager::pauseFor``);
+        when its key expires, None for a pause until resumed."""
         seconds = None
         if for_seconds is not None:
             seconds = check_pause(queue, for_seconds, 0.0)
@@ -113,7 +114,8 @@ class LaravelAdmin:
                 "laravel-cache- (12.x from skeleton v12.1.0, 13.x); a pause under another "
                 "prefix is one queue:work never reads"
             )
-        self._pause_table().pause(self.connection, queue, seconds)
+        expiration = self._pause_table().pause(self.connection, queue, seconds)
+        return None if seconds is None else expiration
 
     def resume(self, queue: str) -> bool:
         """``php artisan queue:resume connection:queue``: the key forgotten; False when the

@@ -671,11 +671,10 @@ def pause(url: str, queue: str, for_seconds: float | None, **kw: Any) -> None:
     the key queue:work reads, in the database cache store's table)."""
     admin = _admin(kw, url)
     try:
-        admin.pause(queue, for_seconds)
-        (row,) = [r for r in admin.stats() if r.queue == queue] or [QueueStats(queue)]
+        resume_at = admin.pause(queue, for_seconds)
     finally:
         admin.close()
-    click.echo(_safe(f"paused queue {queue!r} {_until(row.resume_at)}"))
+    click.echo(_safe(f"paused queue {queue!r} {_until(resume_at)}"))
 
 
 @main.command()

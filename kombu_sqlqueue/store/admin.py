@@ -154,9 +154,10 @@ class QueueAdmin(Protocol):
         """Delete the jobs of ``queue`` no one holds (seed 004's clear); return how many."""
         ...
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue`` for every worker of the layout (for ``for_seconds``, or until
-        resumed); a queue no one has used yet may be paused."""
+        resumed); a queue no one has used yet may be paused. Returns when the pause ends
+        by itself (unix seconds), None when it lasts until resumed."""
         ...
 
     def resume(self, queue: str) -> bool:
@@ -184,7 +185,7 @@ class _Host(QueryRunner, Protocol):
         self, holder: str, *, queue: str | None = None, instance: str | None = None
     ) -> int: ...
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None: ...
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None: ...
 
     def resume(self, queue: str) -> bool: ...
 
@@ -301,9 +302,9 @@ class ContractAdmin:
         """At most ``concurrency`` jobs of ``queue`` held at once (``JobStore.limit``)."""
         self._store.limit(queue, concurrency)
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
-        """Pause ``queue`` fleet-wide (``JobStore.pause``)."""
-        self._store.pause(queue, for_seconds)
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
+        """Pause ``queue`` fleet-wide (``JobStore.pause``); when it ends, None: resumed."""
+        return self._store.pause(queue, for_seconds)
 
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue``; False when it was not paused (``JobStore.resume``)."""

@@ -223,9 +223,10 @@ class JobContract(DeliveryStore, Protocol):
         """Keep a message that never became a job as a dead letter of ``job.queue``."""
         ...
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue`` (for ``for_seconds``, or until resumed): claims hand out
-        nothing of it; held jobs still settle and publishes are still stored."""
+        nothing of it; held jobs still settle and publishes are still stored. Returns when
+        the pause ends by itself (unix seconds), None when it lasts until resumed."""
         ...
 
     def resume(self, queue: str) -> bool:

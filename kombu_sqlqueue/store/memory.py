@@ -452,7 +452,7 @@ class MemoryJobStore:
 
     # -- flow control ----------------------------------------------------------------
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue``, as :meth:`JobStore.pause <.store.JobStore.pause>` does."""
         now = self.clock()
         resume_at = check_pause(queue, for_seconds, now)
@@ -461,6 +461,7 @@ class MemoryJobStore:
             self._space.controls[queue] = dataclasses.replace(
                 control, paused=True, resume_at=resume_at
             )
+        return resume_at
 
     def limit(self, queue: str, concurrency: int | None) -> None:
         """Limit ``queue``'s held jobs, as :meth:`JobStore.limit <.store.JobStore.limit>`."""

@@ -692,18 +692,17 @@ class JobStore(TableStore):
 
     # -- flow control (store/controls.py) ----------------------------------------------
 
-    def pause(self, queue: str, for_seconds: float | None = None) -> None:
+    def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue``: no claim hands a job of it out until :meth:`resume` (or for
         ``for_seconds``). Held jobs still settle, publishes are still stored; a queue no
-        one has used yet may be paused. Takes effect at every store's next claim."""
+        one has used yet may be paused. Takes effect at every store's next claim. Returns
+        when the pause ends by itself (unix seconds), None when it lasts until resumed."""
         now = self.clock()
-        params = {
-            "queue": queue,
-            "resume_at": check_pause(queue, for_seconds, now),
-            "now": int(now),
-        }
+        resume_at = check_pause(queue, for_seconds, now)
+        params = {"queue": queue, "resume_at": resume_at, "now": int(now)}
         self._run(lambda tx: tx.execute(self.q.control_pause, params), single=True)
         self._controlled = self._controlled | {queue}
+        return resume_at
 
     def limit(self, queue: str, concurrency: int | None) -> None:
         """At most ``concurrency`` jobs of ``queue`` held at once, across every worker
