@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from bridge_support import make_worker
 from kombu import Connection
-from support import Clock
+from support import Clock, kombu_sqlqueue_cli
 
 from laravel_bridge import HandlerRegistry, Job, LaravelQueue
 from laravel_bridge.laravel_tables import FOREVER_SECONDS, QueuePauses
@@ -55,13 +53,7 @@ def cache_rows(db_url: str) -> list[tuple[str, str, int]]:
 
 
 def cli(*args: str) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "kombu_sqlqueue", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return kombu_sqlqueue_cli(*args)
 
 
 def test_the_operators_pause_is_the_key_laravel_writes(db_url: str, pauses: QueuePauses) -> None:
