@@ -59,6 +59,8 @@ class ConsumingTransport(Protocol):
 
     def wakes_on_enqueue(self, queue: str) -> bool: ...
 
+    def claim_again_within(self, seconds: float) -> None: ...
+
     def _deliver(self, message: Any, queue: str) -> Any: ...
 
 
@@ -145,6 +147,8 @@ class ChannelConsumer:
             connection.report_condition(exc)
             return []
         jobs = claimed.jobs
+        if claimed.retry_in is not None:
+            connection.claim_again_within(claimed.retry_in)  # a rate limit's next job
         if len(jobs) + claimed.dead_lettered + claimed.expired < n:
             self.drained.add(queue)
         else:

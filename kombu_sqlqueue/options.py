@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .exceptions import ConfigurationError, InvalidQueueName, UnknownTransportOption
+from .exceptions import ConfigurationError, InvalidControl, InvalidQueueName, UnknownTransportOption
 from .store import DEFAULT_MAX_ATTEMPTS, MAX_CLAIM, BackoffPolicy, StoreOptions
+from .store.controls import Rate, check_concurrency, check_rate, parse_rate
 from .store.names import validate_queue_name
 from .store.network import MAX_SECONDS
 
@@ -37,10 +38,37 @@ PRIORITY_ORDERS = ("high_first", "low_first")
 
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
-    """Per-queue overrides of ``max_attempts`` and the backoff curve."""
+    """Per-queue overrides of ``max_attempts`` and the backoff curve, and the queue's
+    fleet-wide limits, declared by the code that consumes it."""
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    #: At most this many jobs of the queue held at once by every worker (written to the
+    #: queue's controls when a consumer starts; None: left as stored).
+    concurrency: int | None = None
+    #: At most so many jobs handed out per period by every worker (likewise).
+    rate_limit: Rate | None = None
+
+
+def _queue_concurrency(queue: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return check_concurrency(queue, value)
+    except InvalidControl as exc:
+        raise ConfigurationError(f"queue_options[{queue!r}]['concurrency']: {exc}") from exc
+
+
+def _queue_rate(queue: str, value: Any) -> Rate | None:
+    """``rate_limit`` as Celery spells it (``"10/s"``, ``"100/m"``) or a :class:`Rate`."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # Celery's plain number: per second
+    try:
+        return check_rate(value) if isinstance(value, Rate) else parse_rate(value)
+    except InvalidControl as exc:
+        raise ConfigurationError(f"queue_options[{queue!r}]['rate_limit']: {exc}") from exc
 
 
 def _number(name: str, value: Any, *, minimum: float, integer: bool = False) -> Any:
@@ -273,7 +301,7 @@ class TransportOptions:
             return raw
         if not isinstance(raw, Mapping):
             raise ConfigurationError(f"queue_options[{queue!r}] must be a mapping, got {raw!r}")
-        allowed = {"max_attempts", "backoff_base", "backoff_cap"}
+        allowed = {"max_attempts", "backoff_base", "backoff_cap", "concurrency", "rate_limit"}
         unknown = set(raw) - allowed
         if unknown:
             raise UnknownTransportOption(
@@ -288,7 +316,17 @@ class TransportOptions:
                 _number("backoff_base", raw.get("backoff_base", self.backoff_base), minimum=0),
                 _number("backoff_cap", raw.get("backoff_cap", self.backoff_cap), minimum=0),
             ),
+            concurrency=_queue_concurrency(queue, raw.get("concurrency")),
+            rate_limit=_queue_rate(queue, raw.get("rate_limit")),
         )
+
+    def limits(self) -> dict[str, QueueOptions]:
+        """The queues whose options declare a limit (concurrency, rate)."""
+        return {
+            queue: options
+            for queue, options in self.queue_options.items()
+            if options.concurrency is not None or options.rate_limit is not None
+        }
 
     def for_queue(self, queue: str) -> QueueOptions:
         """The attempts limit and backoff that apply to ``queue``."""

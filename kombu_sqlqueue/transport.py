@@ -60,6 +60,7 @@ from .envelope import (
     receipt_of,
 )
 from .exceptions import (
+    ConfigurationError,
     DeliveryLost,
     NotCompletable,
     SqlQueueError,
@@ -224,6 +225,7 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         self.connection.recover_holds_once()
+        self.connection.declare_limits_once(queue)
         self.consumer.start(queue, no_ack)
         return super().basic_consume(queue, no_ack, *args, **kwargs)
 
@@ -526,6 +528,10 @@ class Transport(virtual.Transport):
             self.pending, self.options.ack_flush_interval, self.options.ack_batch_size
         )
         self._idle_rounds = 0
+        #: Seconds until a rate-limited queue may be claimed again (set by this round's claims).
+        self._claim_again_in: float | None = None
+        #: Queues whose declared limits this connection wrote (declare_limits_once).
+        self._limits_declared: set[str] = set()
         self._condition_reported = False
         #: Publishes the deduplication window kept from writing (``dedupe_window``).
         self.deduplicated = 0
@@ -543,6 +549,34 @@ class Transport(virtual.Transport):
             recover_dead_holds(self.store, self.consumer_name)
         except SqlQueueError as exc:  # the visibility timeout still brings them back
             logger.warning("could not hand back a gone process's holds: %s", exc)
+
+    def declare_limits_once(self, queue: str) -> None:
+        """When consuming ``queue`` starts: write the limits its ``queue_options`` declare
+        (``concurrency``, ``rate_limit``) to the queue's controls, once a connection — so
+        the code that runs a queue can say how it may run, fleet-wide. Every worker
+        writes the same; the CLI's ``limit`` may change it until a worker starts again."""
+        if queue in self._limits_declared:
+            return
+        self._limits_declared.add(queue)
+        declared = self.options.limits().get(queue)
+        if declared is None:
+            return
+        if queue in self.formats:
+            raise ConfigurationError(
+                f"queue_options[{queue!r}] declares a limit, but the queue is in another "
+                f"queue format's table ({self.formats[queue].name}), whose workers would not "
+                "honour it"
+            )
+        if declared.concurrency is not None:
+            self.store.limit(queue, declared.concurrency)
+        if declared.rate_limit is not None:
+            self.store.rate_limit(queue, declared.rate_limit)
+        logger.info(
+            "queue %r: limits declared by queue_options written (concurrency %s, rate %s)",
+            queue,
+            declared.concurrency,
+            declared.rate_limit,
+        )
 
     def _open_format_stores(self, url: str) -> dict[str, DeliveryStore]:
         opened: dict[int, DeliveryStore | None] = {}
@@ -660,6 +694,7 @@ class Transport(virtual.Transport):
         while True:
             # Cleared before the claim: room freed while it runs is room it may not have seen.
             self.room_freed.clear()
+            self._claim_again_in = None
             self.pending.retry()
             try:
                 # The callbacks' acks are written together when the round ends (acks.py).
@@ -688,6 +723,9 @@ class Transport(virtual.Transport):
             )
             if timeout is not None:
                 wait = min(wait, timeout - elapsed)
+            if self._claim_again_in is not None:
+                # A rate limit held a claim back: its next job is due then, not a back-off later.
+                wait = min(wait, self._claim_again_in)
             self._idle_rounds = min(self._idle_rounds + 1, 32)
             consumed = {q for channel in self.channels for q in channel._active_queues}
             # No-ack queues (a worker's broadcast and reply queues) are read by this
@@ -711,6 +749,12 @@ class Transport(virtual.Transport):
                 channel.consumer.drained.clear()  # waited: claim again (a wake-up, or a poll)
             if woken:
                 self._idle_rounds = 0
+
+    def claim_again_within(self, seconds: float) -> None:
+        """A claim was held back by a queue's rate limit, whose next job may be claimed in
+        ``seconds``: an idle wait of this round ends by then."""
+        if self._claim_again_in is None or seconds < self._claim_again_in:
+            self._claim_again_in = seconds
 
     def _deliver_while_acking(self, started: float) -> None:
         """After a delivery round whose callbacks acked what they were handed (a Kombu

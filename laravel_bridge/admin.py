@@ -21,7 +21,7 @@ from kombu_sqlqueue.store.admin import (
     read_rows,
     row_ref,
 )
-from kombu_sqlqueue.store.controls import check_pause
+from kombu_sqlqueue.store.controls import Rate, check_pause
 from kombu_sqlqueue.store.executor import Tx
 from kombu_sqlqueue.store.model import Holding
 from kombu_sqlqueue.store.names import validate_queue_name
@@ -130,6 +130,14 @@ class LaravelAdmin:
             "Laravel's queue workers have no concurrency limit to honour: a limit is kept "
             "with contract v1's tables (--layout askr); Laravel limits jobs with the "
             "WithoutOverlapping or RateLimited job middleware"
+        )
+
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """Refused, as :meth:`limit` is: Laravel's workers have no fleet-wide rate to honour."""
+        raise LaravelBridgeError(
+            "Laravel's queue workers have no rate limit to honour: a rate limit is kept "
+            "with contract v1's tables (--layout askr); Laravel limits jobs with the "
+            "RateLimited job middleware"
         )
 
     def attempts(self) -> dict[str, dict[int, int]]:

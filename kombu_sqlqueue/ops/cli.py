@@ -17,14 +17,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from .._version import __version__
-from ..exceptions import SqlQueueError, UnknownFailedJob, UnknownQueue
+from ..exceptions import InvalidControl, SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.controls import Rate, parse_rate
 from ..store.database import schema_ddl
 from ..store.layouts import (
     CONTRACT_LAYOUT,
@@ -245,11 +246,13 @@ def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
 def _controls(row: QueueStats) -> str:
     said = []
     if row.paused:
-        said.append("paused" if row.resume_at is None else f"paused until {_when(row.resume_at)}")
+        said.append("paused " + _until(row.resume_at))
     if row.concurrency is not None:
         said.append(f"concurrency {row.concurrency}")
-        if row.waiting_on_limit:
-            said.append(f"{row.waiting_on_limit} waiting on it")
+    if row.rate is not None:
+        said.append(f"rate {row.rate}")
+    if row.waiting_on_limit and (row.concurrency is not None or row.rate is not None):
+        said.append(f"{row.waiting_on_limit} waiting on a limit")
     return ", ".join(said) or "-"
 
 
@@ -336,6 +339,7 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
         "paused": row.paused,
         "resume_at": row.resume_at,
         "concurrency": row.concurrency,
+        "rate": None if row.rate is None else str(row.rate),
         "waiting_on_limit": row.waiting_on_limit,
     }
 
@@ -683,25 +687,75 @@ def pause(url: str, queue: str, for_seconds: float | None, **kw: Any) -> None:
 @_layout_options
 @click.option(
     "--concurrency",
-    type=int,
+    metavar="N|off",
     default=None,
-    help="At most N jobs of QUEUE held at once, across every worker.",
+    help="At most N jobs of QUEUE held at once, across every worker ('off': none).",
 )
-@click.option("--clear", is_flag=True, help="Remove QUEUE's limits.")
-def limit(url: str, queue: str, concurrency: int | None, clear: bool, **kw: Any) -> None:
-    """Limit QUEUE for every worker: at most --concurrency N of its jobs held at once.
+@click.option(
+    "--rate",
+    metavar="N/PERIOD|off",
+    default=None,
+    help="At most N jobs of QUEUE handed out per period, across every worker, spaced "
+    "evenly: 10/s, 100/m, 1000/h, 5/30s — Celery's rate_limit spelling ('off': none).",
+)
+@click.option(
+    "--burst",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --rate: how many may be handed out at once after a quiet spell.",
+)
+@click.option("--clear", is_flag=True, help="Remove every limit of QUEUE.")
+def limit(
+    url: str, queue: str, concurrency: str | None, rate: str | None, burst: int, clear: bool,
+    **kw: Any,
+) -> None:  # fmt: skip
+    """Limit QUEUE for every worker: at most --concurrency N of its jobs held at once,
+    at most --rate N/PERIOD handed out.
 
-    Jobs past the limit wait, not failed and not charged an attempt, and are claimed as
-    held ones settle. A change takes effect at every worker's next claim."""
-    if clear == (concurrency is not None):
-        raise click.UsageError("give either --concurrency N or --clear")
+    Jobs past a limit wait, not failed and not charged an attempt, and are claimed as
+    held ones settle (or as the rate allows). A change takes effect at every worker's
+    next claim; a limit not named is left as it is."""
+    if clear == (concurrency is not None or rate is not None):
+        raise click.UsageError("give --concurrency N, --rate N/PERIOD (or 'off'), or --clear")
+    if rate is None and burst != 1:
+        raise click.UsageError("--burst goes with --rate")
+    new_concurrency = None if clear else _limit_value(concurrency, int, "--concurrency")
+    new_rate = None if clear else _limit_value(rate, lambda v: parse_rate(v, burst), "--rate")
     admin = _admin(kw, url)
     try:
-        admin.limit(queue, concurrency)
+        if clear or new_concurrency is not _UNCHANGED:
+            admin.limit(queue, cast(int | None, new_concurrency))
+        if clear or new_rate is not _UNCHANGED:
+            admin.rate_limit(queue, cast(Rate | None, new_rate))
     finally:
         admin.close()
-    said = f"at most {concurrency} job(s) of queue {queue!r} held at once"
-    click.echo(_safe(said if concurrency is not None else f"queue {queue!r} has no limit"))
+    said = []
+    if isinstance(new_concurrency, int):
+        said.append(f"at most {new_concurrency} job(s) held at once")
+    if isinstance(new_rate, Rate):
+        said.append(f"at most {new_rate} handed out")
+    if new_concurrency is None:
+        said.append("no concurrency limit")
+    if new_rate is None:
+        said.append("no rate limit")
+    click.echo(_safe(f"queue {queue!r}: " + ", ".join(said)))
+
+
+#: A limit the command line did not name: left as it is.
+_UNCHANGED = object()
+
+
+def _limit_value(value: str | None, parse: Callable[[str], Any], option: str) -> Any:
+    """A limit as given: ``_UNCHANGED`` when not, None for ``off``, else parsed."""
+    if value is None:
+        return _UNCHANGED
+    if value.strip().lower() == "off":
+        return None
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise InvalidControl(f"{option} takes a whole number or 'off', got {value!r}") from exc
 
 
 @main.command()

@@ -11,8 +11,9 @@ by ``queue``:
 * ``askr_queue_oldest_seconds`` — age of the oldest ready job (0 when none is ready);
 * ``askr_queue_dead_letters`` — rows in the failed table;
 * ``askr_queue_paused`` — 1 while the queue is paused (``kombu-sqlqueue pause``), else 0;
-* ``askr_queue_waiting_on_limit`` — ready jobs its concurrency limit holds back;
+* ``askr_queue_waiting_on_limit`` — ready jobs its limits (concurrency, rate) hold back;
 * ``askr_queue_concurrency_limit`` — the limit, for a queue that has one;
+* ``askr_queue_rate_limit_per_second`` — its rate limit, for a queue that has one;
 
 and ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
 logged) and ``askr_scrape_duration_seconds``.
@@ -49,7 +50,7 @@ GAUGES = (
     ("askr_queue_paused", "1 while the queue is paused (nothing of it is claimed).", "paused"),
     (
         "askr_queue_waiting_on_limit",
-        "Ready jobs the queue's concurrency limit holds back now.",
+        "Ready jobs the queue's limits (concurrency, rate) hold back now.",
         "waiting_on_limit",
     ),
 )
@@ -91,6 +92,15 @@ class QueueCollector(Collector):
                 if row.concurrency is not None:
                     limits.add_metric([row.queue], float(row.concurrency))
             yield limits
+            rates = GaugeMetricFamily(
+                "askr_queue_rate_limit_per_second",
+                "Jobs of the queue that may be handed out a second (queues with a rate limit).",
+                labels=["queue"],
+            )
+            for row in stats:
+                if row.rate is not None:
+                    rates.add_metric([row.queue], row.rate.count / row.rate.period)
+            yield rates
         duration = GaugeMetricFamily(
             "askr_scrape_duration_seconds", "Seconds this scrape spent reading the tables."
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .backoff import BackoffPolicy
 from .contract import DeliveryStore, JobContract, TopologyContract, open_store
-from .controls import QueueControl
+from .controls import QueueControl, Rate
 from .database import Database, StoreOptions, TableStore, parse_store_url
 from .memory import MemoryJobStore, MemoryTopology
 from .model import (
@@ -41,6 +41,7 @@ __all__ = [
     "MemoryTopology",
     "NewJob",
     "QueueControl",
+    "Rate",
     "Receipt",
     "Route",
     "StoreOptions",

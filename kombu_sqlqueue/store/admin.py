@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .controls import QueueControl
+from .controls import QueueControl, Rate, claim_allowance
 from .database import QueryRunner, StoreRunner
 from .executor import Tx
 from .model import DEFAULT_MAX_ATTEMPTS, Holding
@@ -49,7 +49,9 @@ class QueueStats:
     resume_at: int | None = None
     #: At most this many jobs held at once across every worker; None: no limit.
     concurrency: int | None = None
-    #: Ready jobs the concurrency limit holds back now (waiting, not failed).
+    #: At most so many jobs handed out per period across every worker; None: no limit.
+    rate: Rate | None = None
+    #: Ready jobs a limit (concurrency, rate) holds back now (waiting, not failed).
     waiting_on_limit: int = 0
 
 
@@ -169,6 +171,11 @@ class QueueAdmin(Protocol):
         the layout's workers honour one (else a named error)."""
         ...
 
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """At most ``rate`` jobs of ``queue`` handed out (None: no rate limit), where the
+        layout's workers honour one (else a named error)."""
+        ...
+
     def close(self) -> None:
         """Release the connections."""
         ...
@@ -190,6 +197,8 @@ class _Host(QueryRunner, Protocol):
     def resume(self, queue: str) -> bool: ...
 
     def limit(self, queue: str, concurrency: int | None) -> None: ...
+
+    def rate_limit(self, queue: str, rate: Rate | None) -> None: ...
 
     def controls(self) -> list[QueueControl]: ...
 
@@ -217,16 +226,20 @@ def merge_stats(
 
 def with_control(row: QueueStats, control: QueueControl, now: int) -> QueueStats:
     """``row`` with what ``control`` says of it at ``now``: paused, limited, and how many
-    ready jobs the limit holds back."""
+    ready jobs the limits hold back (what a claim of every ready job could not take)."""
     paused = control.paused_at(now)
     waiting = 0
-    if control.concurrency is not None:
-        waiting = max(0, row.ready - max(0, control.concurrency - row.reserved))
+    if control.concurrency is not None or control.rate is not None:
+        # What the limits alone hold back (a pause holds back everything, said apart).
+        unpaused = replace(control, paused=False)
+        allowed = claim_allowance(unpaused, now, row.ready, row.reserved, now * 1_000_000)
+        waiting = row.ready - allowed.rows
     return replace(
         row,
         paused=paused,
         resume_at=control.resume_at if paused else None,
         concurrency=control.concurrency,
+        rate=control.rate,
         waiting_on_limit=waiting,
     )
 
@@ -301,6 +314,10 @@ class ContractAdmin:
     def limit(self, queue: str, concurrency: int | None) -> None:
         """At most ``concurrency`` jobs of ``queue`` held at once (``JobStore.limit``)."""
         self._store.limit(queue, concurrency)
+
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """At most ``rate`` jobs of ``queue`` handed out (``JobStore.rate_limit``)."""
+        self._store.rate_limit(queue, rate)
 
     def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue`` fleet-wide (``JobStore.pause``); when it ends, None: resumed."""

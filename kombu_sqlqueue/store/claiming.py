@@ -69,6 +69,8 @@ class ClaimParams:
     token: str
     holder: str | None = None
     instance: str | None = field(default_factory=this_instance)
+    #: ``now`` to the microsecond (a rate limit spaces claims finer than a second).
+    now_us: int = 0
 
     @classmethod
     def of(
@@ -83,6 +85,7 @@ class ClaimParams:
             reservation_deadline(clock, visibility),
             new_claim_token(),
             holder,
+            now_us=int(clock * 1_000_000),
         )
 
     def more(self, n: int) -> ClaimParams:

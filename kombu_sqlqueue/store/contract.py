@@ -15,7 +15,7 @@ from typing import Any, Protocol, Self
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
-from .controls import QueueControl
+from .controls import QueueControl, Rate
 from .database import StoreOptions
 from .enlist import Enlistment
 from .memory import MemoryJobStore, is_memory_url
@@ -236,6 +236,11 @@ class JobContract(DeliveryStore, Protocol):
     def limit(self, queue: str, concurrency: int | None) -> None:
         """At most ``concurrency`` jobs of ``queue`` held at once across every worker
         (None: no limit); the rest wait, uncharged."""
+        ...
+
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """At most ``rate`` jobs of ``queue`` handed out across every worker, spaced
+        evenly (None: no rate limit); the rest wait, uncharged."""
         ...
 
     def controls(self) -> list[QueueControl]:

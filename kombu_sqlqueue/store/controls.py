@@ -1,8 +1,11 @@
 """Flow control: what a queue's controls (``askr_queue_controls``) let a claim take.
 
-Controls: a pause (for a time, or until resumed) and a concurrency limit (at most N jobs
+Controls: a pause (for a time, or until resumed), a concurrency limit (at most N jobs
 of the queue held at once across every worker, counted in the claim's transaction under
-the lock of the queue's row, so racing claims never exceed it). A queue with no controls
+the lock of the queue's row, so racing claims never exceed it) and a rate limit (at most
+N jobs handed out per period across every worker, smooth: a generic cell rate algorithm —
+a token bucket kept as one number, the theoretical arrival time of the next claim — read
+and advanced under the same lock). A queue with no controls
 has no row, and its claims are the plain claim, which checks
 only that the queue has no row (one index probe): a queue without controls pays nothing
 else. A claim of a queue that has a row reads it first, in the claim's transaction, and
@@ -13,6 +16,7 @@ decide by these functions, so they cannot drift apart. Pure: no SQL, no Kombu.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ..exceptions import InvalidControl
@@ -33,6 +37,11 @@ class QueueControl:
     resume_at: int | None = None
     #: At most this many jobs of the queue held at once by every worker; None: no limit.
     concurrency: int | None = None
+    #: At most so many jobs handed out per period by every worker; None: no limit.
+    rate: Rate | None = None
+    #: The rate limit's state: when (unix microseconds) the next claim conforms at the
+    #: steady rate (:func:`rate_room`); 0 before the first claim.
+    rate_tat_us: int = 0
 
     def paused_at(self, now: int) -> bool:
         """Whether the queue is paused at ``now`` (a pause for a time ends by itself)."""
@@ -40,19 +49,128 @@ class QueueControl:
 
     def in_force(self, now: int) -> bool:
         """Whether any control still applies at ``now`` (else the row may be dropped)."""
-        return self.paused_at(now) or self.concurrency is not None
+        return self.paused_at(now) or self.concurrency is not None or self.rate is not None
 
 
-def claim_allowance(control: QueueControl | None, now: int, n: int, held: int) -> int:
-    """How many of the ``n`` rows a claim asks for it may take under ``control``, when
-    ``held`` jobs of the queue are held (live reservations, every worker's)."""
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A rate limit: at most ``count`` jobs per ``period`` seconds, spaced evenly (one every
+    ``period / count`` seconds), with up to ``burst`` at once after a quiet spell. Celery's
+    ``rate_limit`` is the same shape per worker process (a token bucket of capacity 1)."""
+
+    count: int
+    period: float
+    burst: int = 1
+
+    @property
+    def interval_us(self) -> float:
+        """Microseconds between two claims at the steady rate."""
+        return self.period * 1e6 / self.count
+
+    def __str__(self) -> str:
+        period = _PER.get(self.period, f"{self.period:g}s")
+        burst = f" (burst {self.burst})" if self.burst > 1 else ""
+        return f"{self.count}/{period}{burst}"
+
+
+_PER = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What a claim of a controlled queue may take, and why it may take no more."""
+
+    #: How many rows it may take.
+    rows: int
+    #: A concurrency limit counted it: settling what it takes frees slots.
+    limited: bool = False
+    #: A rate limit held it back: seconds until the next claim conforms (None: it did not).
+    retry_in: float | None = None
+
+
+def claim_allowance(
+    control: QueueControl | None, now: int, n: int, held: int, now_us: int | None = None
+) -> Allowance:
+    """What a claim of ``n`` rows may take under ``control`` at ``now`` (unix seconds;
+    ``now_us`` the same instant in microseconds, for a rate limit), when ``held`` jobs of
+    the queue are held (live reservations, every worker's)."""
     if control is None:
-        return n
+        return Allowance(n)
     if control.paused_at(now):
-        return 0
+        return Allowance(0)
+    rows, limited, retry_in = n, control.concurrency is not None, None
     if control.concurrency is not None:
-        return max(0, min(n, control.concurrency - held))
-    return n
+        rows = max(0, min(rows, control.concurrency - held))
+    if control.rate is not None and rows > 0:
+        at = now * 1_000_000 if now_us is None else now_us
+        room = rate_room(control.rate, control.rate_tat_us, at)
+        if room < rows:
+            rows, retry_in = room, rate_wait(control.rate, control.rate_tat_us, at, room + 1)
+    return Allowance(rows, limited, retry_in)
+
+
+def rate_room(rate: Rate, tat_us: int, now_us: int) -> int:
+    """How many claims conform at ``now_us`` under ``rate`` whose next claim is due at
+    ``tat_us`` (GCRA: the k-th conforms when ``max(tat, now) + (k - 1) * interval``
+    is at most ``(burst - 1) * interval`` ahead of now)."""
+    interval = rate.interval_us
+    ahead = max(tat_us, now_us) - now_us
+    return max(0, math.floor(((rate.burst - 1) * interval - ahead) / interval) + 1)
+
+
+def rate_wait(rate: Rate, tat_us: int, now_us: int, k: int = 1) -> float:
+    """Seconds from ``now_us`` until ``k`` claims conform."""
+    interval = rate.interval_us
+    due = max(tat_us, now_us) + (k - 1) * interval - (rate.burst - 1) * interval
+    return max(0.0, (due - now_us) / 1e6)
+
+
+def rate_charged(rate: Rate, tat_us: int, now_us: int, taken: int) -> int:
+    """The next claim's due time once ``taken`` claims were handed out at ``now_us``."""
+    return round(max(tat_us, now_us) + taken * rate.interval_us)
+
+
+#: The longest rate period: a day (longer spacing is a schedule, not a rate).
+MAX_RATE_PERIOD = 86400.0
+_RATE = re.compile(r"^\s*(\d+)\s*(?:/\s*(\d+(?:\.\d+)?)?\s*([smhd])\s*)?$")
+_RATE_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_rate(spec: str, burst: int = 1) -> Rate:
+    """A rate as Celery spells ``rate_limit`` — ``10/s``, ``100/m``, ``1000/h``, or a plain
+    number per second — or with a count of units, ``5/30s``, ``60/15m``."""
+    found = _RATE.match(spec) if isinstance(spec, str) else None
+    if found is None:
+        raise InvalidControl(
+            f"a rate is N/s, N/m, N/h, N/d or N per a duration such as 5/30s, got {spec!r}"
+        )
+    count, units, unit = found.groups()
+    period = float(units or 1) * _RATE_UNIT[unit or "s"]
+    return check_rate(Rate(int(count), period, burst))
+
+
+def check_rate(rate: Rate) -> Rate:
+    """A rate whose count and burst are whole numbers from 1 and whose period is more than
+    a millisecond and at most a day."""
+    for what, value in (("count", rate.count), ("burst", rate.burst)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= MAX_CONCURRENCY
+        ):
+            raise InvalidControl(
+                f"a rate's {what} is a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}"
+            )
+    period = rate.period
+    if (
+        isinstance(period, bool)
+        or not isinstance(period, (int, float))
+        or not (0.001 <= period <= MAX_RATE_PERIOD)
+    ):
+        raise InvalidControl(
+            f"a rate's period is from 0.001 to {MAX_RATE_PERIOD:g} seconds, got {period!r}"
+        )
+    return Rate(rate.count, float(period), rate.burst)
 
 
 #: The largest concurrency limit (an INTEGER column everywhere).

@@ -30,7 +30,15 @@ from typing import Any, Self, TypeVar
 from ..exceptions import InvalidURL, MessageTooLarge, WrongDatabase
 from ..limits import fit_utf8
 from .claiming import MAX_CLAIM_ROUNDS, ClaimedRow, ClaimParams, exhausted_reason, screen
-from .controls import QueueControl, check_concurrency, check_pause, claim_allowance
+from .controls import (
+    QueueControl,
+    Rate,
+    check_concurrency,
+    check_pause,
+    check_rate,
+    claim_allowance,
+    rate_charged,
+)
 from .database import StoreOptions
 from .enlist import Enlistment
 from .model import (
@@ -353,9 +361,10 @@ class MemoryJobStore:
             held = sum(
                 1 for r in s.rows_of(params.queue) if (r.reserved_until or 0) > now
             )  # control_held
-        params = params.more(claim_allowance(control, now, params.n, held))
+        allowance = claim_allowance(control, now, params.n, held, params.now_us)
+        params = params.more(allowance.rows)
         if params.n <= 0:
-            return ClaimResult([])
+            return ClaimResult([], retry_in=allowance.retry_in)
         jobs: list[ClaimedJob] = []
         dead = expired = 0
         # Rounds as JobStore's: a round that met expired rows and came up short claims again.
@@ -374,7 +383,12 @@ class MemoryJobStore:
             expired += len(screened.past_ttl)
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
-        return ClaimResult(jobs, dead, expired)
+        if control is not None and control.rate is not None and jobs:  # control_rate_spend
+            tat = rate_charged(control.rate, control.rate_tat_us, params.now_us, len(jobs))
+            s.controls[params.queue] = dataclasses.replace(control, rate_tat_us=tat)
+        # Held back only when the rate cut the claim and the queue had more to give.
+        held_back = allowance.retry_in if len(jobs) >= params.n else None
+        return ClaimResult(jobs, dead, expired, held_back)
 
     def ack_and_claim(
         self,
@@ -472,6 +486,17 @@ class MemoryJobStore:
             control = self._space.controls.get(queue, QueueControl(queue))
             self._settle_control(dataclasses.replace(control, concurrency=concurrency))
 
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """Limit ``queue``'s claims per period, as :meth:`JobStore.rate_limit
+        <.store.JobStore.rate_limit>` does."""
+        validate_queue_name(queue)
+        if rate is not None:
+            rate = check_rate(rate)
+        with self._space.lock:
+            control = self._space.controls.get(queue, QueueControl(queue))
+            tat = control.rate_tat_us if rate is not None else 0
+            self._settle_control(dataclasses.replace(control, rate=rate, rate_tat_us=tat))
+
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue``; False when it was not paused."""
         validate_queue_name(queue)
@@ -493,7 +518,7 @@ class MemoryJobStore:
         """Store ``control`` (dropped when nothing is in force: control_drop_idle); wake
         the queue's idle consumers when it may hand out more than before."""
         s = self._space
-        if control.paused or control.concurrency is not None:
+        if control.paused or control.concurrency is not None or control.rate is not None:
             s.controls[control.queue] = control
         else:
             s.controls.pop(control.queue, None)

@@ -139,6 +139,9 @@ class ClaimResult:
     dead_lettered: int = 0
     #: Rows found past their ``expires_at`` and discarded instead of handed out.
     expired: int = 0
+    #: A rate limit held the claim back: seconds until the queue's next job may be claimed
+    #: (a consumer waits no longer than this before claiming again). None: it did not.
+    retry_in: float | None = None
 
     def log(self, logger: logging.Logger, queue: str) -> None:
         """Report the rows of ``queue`` this claim dead-lettered or discarded."""

@@ -73,6 +73,18 @@ ADD_COLUMN: dict[tuple[str, str], sa.TextClause] = {
     (QUEUES_TABLE, "message_ttl_ms"): sa.text(
         "ALTER TABLE askr_queues ADD COLUMN message_ttl_ms BIGINT NULL"
     ),
+    # Rate limits came a release after the controls table.
+    **{
+        (CONTROLS_TABLE, column): sa.text(
+            f"ALTER TABLE askr_queue_controls ADD COLUMN {column} {kind} NULL"
+        )
+        for column, kind in (
+            ("rate_count", "INTEGER"),
+            ("rate_period_ms", "BIGINT"),
+            ("rate_burst", "INTEGER"),
+            ("rate_tat_us", "BIGINT"),
+        )
+    },
 }
 
 
@@ -101,7 +113,19 @@ CONTRACT_TABLES = (
     ),
     TableSpec(DEDUPE_TABLE, ("queue", "dedupe_key", "first_at"), _CREATE_HINT),
     TableSpec(
-        CONTROLS_TABLE, ("queue", "paused", "resume_at", "concurrency", "updated_at"), _CREATE_HINT
+        CONTROLS_TABLE,
+        (
+            "queue",
+            "paused",
+            "resume_at",
+            "concurrency",
+            "updated_at",
+            "rate_count",
+            "rate_period_ms",
+            "rate_burst",
+            "rate_tat_us",
+        ),
+        _CREATE_HINT,
     ),
 )
 
@@ -201,6 +225,12 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("resume_at", sa.BigInteger, nullable=True),
         # At most this many jobs of the queue held at once, across every worker; NULL: no limit.
         sa.Column("concurrency", sa.Integer, nullable=True),
+        # A rate limit: at most rate_count jobs handed out per rate_period_ms, up to
+        # rate_burst at once; rate_tat_us: when (unix microseconds) the next claim conforms.
+        sa.Column("rate_count", sa.Integer, nullable=True),
+        sa.Column("rate_period_ms", sa.BigInteger, nullable=True),
+        sa.Column("rate_burst", sa.Integer, nullable=True),
+        sa.Column("rate_tat_us", sa.BigInteger, nullable=True),
         sa.Column("updated_at", sa.BigInteger, nullable=False, server_default=now_default),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",

@@ -26,7 +26,16 @@ from ..exceptions import StoreError
 from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
-from .controls import QueueControl, check_concurrency, check_pause, claim_allowance
+from .controls import (
+    Allowance,
+    QueueControl,
+    Rate,
+    check_concurrency,
+    check_pause,
+    check_rate,
+    claim_allowance,
+    rate_charged,
+)
 from .database import Database, StoreOptions, TableStore
 from .enlist import Enlistment
 from .executor import Tx
@@ -291,17 +300,18 @@ class JobStore(TableStore):
         out; ``first``: a first round already claimed and screened (by ``claim``'s one
         statement); ``controlled``: the queue has controls, read first (they may let the
         claim take fewer rows, or none)."""
-        limited = False
+        allowance: Allowance | None = None
+        control: QueueControl | None = None
         if controlled:
             control = self._control_in(tx, params)
             # No row (any more): the plain claim, whose NOT EXISTS still refuses the queue
             # if a pause or limit commits between that read and this claim.
             controlled = control is not None
             if control is not None:
-                allowed, limited = self._allowance_in(tx, params, control)
-                if allowed <= 0:
-                    return ClaimResult([])
-                params = params.more(min(params.n, allowed))
+                allowance = self._allowance_in(tx, params, control)
+                if allowance.rows <= 0:
+                    return ClaimResult([], retry_in=allowance.retry_in)
+                params = params.more(min(params.n, allowance.rows))
         token, now = params.token, params.now
         jobs: list[ClaimedJob] = []
         dead = expired = 0
@@ -327,12 +337,20 @@ class JobStore(TableStore):
                 expired += len(ids)
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
-        if limited and jobs:
+        if allowance is None:
+            return ClaimResult(jobs, dead, expired)
+        if allowance.limited and jobs:
             # Settling these frees the limited queue's slots: say so then (_slots_freed_in).
             self._slot_tokens[token] = params.queue
             while len(self._slot_tokens) > SLOT_TOKENS_KEPT:
                 self._slot_tokens.popitem(last=False)
-        return ClaimResult(jobs, dead, expired)
+        if control is not None and control.rate is not None and jobs:
+            # Rows handed out spend the rate (dead-lettered and expired ones were not work).
+            tat = rate_charged(control.rate, control.rate_tat_us, params.now_us, len(jobs))
+            tx.execute(self.q.control_rate_spend, {"queue": params.queue, "tat": tat})
+        # Held back only when the rate cut the claim and the queue had more to give.
+        held_back = allowance.retry_in if len(jobs) >= params.n else None
+        return ClaimResult(jobs, dead, expired, held_back)
 
     def _control_in(self, tx: Tx, params: ClaimParams) -> QueueControl | None:
         """The claimed queue's controls, read (and locked, on the server engines) in the
@@ -348,15 +366,13 @@ class JobStore(TableStore):
             self._controlled = self._controlled - {params.queue}
         return control
 
-    def _allowance_in(self, tx: Tx, params: ClaimParams, control: QueueControl) -> tuple[int, bool]:
-        """How many rows a claim of a controlled queue may take (:mod:`.controls`
-        decides), and whether a concurrency limit counted them."""
+    def _allowance_in(self, tx: Tx, params: ClaimParams, control: QueueControl) -> Allowance:
+        """What a claim of a controlled queue may take (:mod:`.controls` decides)."""
         held = 0
-        if control.concurrency is not None:
+        if control.concurrency is not None and not control.paused_at(params.now):
             binds = {"queue": params.queue, "now": params.now}
             held = int(tx.execute(self.q.control_held, binds).fetchone()[0])
-        allowed = claim_allowance(control, params.now, params.n, held)
-        return allowed, control.concurrency is not None
+        return claim_allowance(control, params.now, params.n, held, params.now_us)
 
     def _frees_slots(self, tokens: Collection[str]) -> bool:
         """Whether settling deliveries of these claim tokens frees a limited queue's slot
@@ -723,6 +739,26 @@ class JobStore(TableStore):
         self._run(lambda tx: tx.execute(self.q.control_limit, params), single=True)
         self._controlled = self._controlled | {queue}
 
+    def rate_limit(self, queue: str, rate: Rate | None) -> None:
+        """At most ``rate`` jobs of ``queue`` handed out, across every worker, spaced
+        evenly (None: no rate limit). Jobs past it wait, uncharged; a change takes effect
+        at every store's next claim (the spacing already earned is kept)."""
+        params: dict[str, Any] = {"queue": queue, "now": self._now()}
+        validate_queue_name(queue)
+        if rate is None:
+
+            def work(tx: Tx) -> None:
+                tx.execute(self.q.control_unrate, params)
+                tx.execute(self.q.control_drop_idle, params)
+                self.q.announce_ready(tx, queue)
+
+            self._run(work)
+            return
+        rate = check_rate(rate)
+        params.update(count=rate.count, period_ms=round(rate.period * 1000), burst=rate.burst)
+        self._run(lambda tx: tx.execute(self.q.control_rate, params), single=True)
+        self._controlled = self._controlled | {queue}
+
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue`` (idle consumers are told where the engine can); False
         when it was not paused."""
@@ -846,15 +882,21 @@ class JobStore(TableStore):
 
 
 def read_control(row: Sequence[Any] | None) -> QueueControl | None:
-    """A row of ``control_get`` / ``control_all`` (queue, paused, resume_at, concurrency)."""
+    """A row of ``control_get`` / ``control_all`` (queue, paused, resume_at, concurrency,
+    rate_count, rate_period_ms, rate_burst, rate_tat_us)."""
     if row is None:
         return None
-    queue, paused, resume_at, concurrency = row
+    queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst, tat = row
+    rate = None
+    if rate_count is not None and rate_period_ms is not None:
+        rate = Rate(int(rate_count), int(rate_period_ms) / 1000.0, int(rate_burst or 1))
     return QueueControl(
         str(queue),
         bool(paused),
         None if resume_at is None else int(resume_at),
         None if concurrency is None else int(concurrency),
+        rate,
+        int(tat or 0),
     )
 
 

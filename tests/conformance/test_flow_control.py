@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from support import Clock
 
-from kombu_sqlqueue.exceptions import InvalidQueueName
-from kombu_sqlqueue.store import JobContract, NewJob, QueueControl, Receipt, open_store
+from kombu_sqlqueue.exceptions import InvalidControl, InvalidQueueName
+from kombu_sqlqueue.store import JobContract, NewJob, QueueControl, Rate, Receipt, open_store
 
 
 def job(queue: str = "q", payload: bytes = b"p") -> NewJob:
@@ -395,3 +395,211 @@ def test_a_worker_over_several_controlled_queues_claims_each_under_its_control(
     acked, last = store.ack_and_claim(after.receipt, (), ["b", "a"], 60)
     assert acked and last is None
     assert store.size("b") == 1
+
+
+# -- rate limits -------------------------------------------------------------------------
+
+
+def test_a_rate_limit_spaces_claims_and_says_when_the_next_is_due(
+    store: JobContract, clock: Clock
+) -> None:
+    """10/s, burst 1: one job a tenth of a second, whatever a claim asks for; a claim held
+    back says when the next job may be claimed; jobs past the rate wait, uncharged."""
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(20)])
+    store.rate_limit("q", Rate(10, 1.0))
+    first = store.claim("q", 5, 60)
+    assert len(first.jobs) == 1 and first.retry_in == pytest.approx(0.1)
+    held_back = store.claim("q", 5, 60)
+    assert held_back.jobs == [] and held_back.retry_in == pytest.approx(0.1)
+    clock.advance(0.05)
+    assert store.claim("q", 5, 60).retry_in == pytest.approx(0.05)
+    clock.advance(0.05)
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    clock.advance(5.0)  # a quiet spell earns no burst beyond the one allowed
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    waiting = [j for j in store.claim("q", 20, 60).jobs]  # nothing more yet
+    assert waiting == []
+    clock.advance(1.0)
+    assert len(store.claim("q", 20, 60).jobs) == 1  # burst 1: spaced, never bunched
+    assert store.size("q") == 16
+    (control,) = store.controls()
+    assert control.rate == Rate(10, 1.0) and control.concurrency is None
+
+
+def test_a_burst_lets_that_many_out_at_once_after_a_quiet_spell(
+    store: JobContract, clock: Clock
+) -> None:
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(30)])
+    store.rate_limit("q", Rate(60, 60.0, burst=5))
+    assert len(store.claim("q", 10, 60).jobs) == 5
+    assert store.claim("q", 10, 60).retry_in == pytest.approx(1.0)
+    clock.advance(2.0)
+    assert len(store.claim("q", 10, 60).jobs) == 2
+    clock.advance(60.0)
+    assert len(store.claim("q", 10, 60).jobs) == 5
+
+
+def test_rows_the_claim_does_not_hand_out_do_not_spend_the_rate(
+    store: JobContract, clock: Clock
+) -> None:
+    """An exhausted row dead-lettered or an expired one discarded by a rate-limited claim
+    is no work handed out: the rate is spent by what the claim returns."""
+    store.enqueue_many([job(), job()])
+    store.rate_limit("q", Rate(1, 1.0))
+    assert store.claim("q", 5, 60).jobs != []
+    clock.advance(1.0)
+    empty = store.claim("q", 5, 60)  # one left: claimed
+    assert len(empty.jobs) == 1
+    clock.advance(1.0)
+    nothing = store.claim("q", 5, 60)  # an empty queue spends nothing
+    assert nothing.jobs == [] and nothing.retry_in is None
+    store.enqueue(job())
+    assert len(store.claim("q", 5, 60).jobs) == 1
+
+
+def test_a_rate_and_a_concurrency_limit_hold_together(store: JobContract, clock: Clock) -> None:
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(10)])
+    store.limit("q", 2)
+    store.rate_limit("q", Rate(100, 1.0, burst=10))
+    assert len(store.claim("q", 10, 60).jobs) == 2  # the concurrency limit is the lesser
+    assert store.claim("q", 10, 60).jobs == []
+    store.limit("q", None)
+    assert len(store.claim("q", 10, 60).jobs) == 8  # what the burst has left
+    store.rate_limit("q", None)
+    assert store.controls() == []  # nothing in force: the row goes, claims are plain
+
+
+def test_a_rate_limit_a_store_has_not_seen_holds_its_next_claim(
+    store: JobContract, other: JobContract
+) -> None:
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(5)])
+    assert len(store.claim("q", 1, 60).jobs) == 1  # a plain claim before the limit
+    other.rate_limit("q", Rate(1, 3600.0))
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    assert store.claim("q", 5, 60).jobs == []
+
+
+@pytest.mark.parametrize(
+    "rate",
+    [
+        Rate(0, 1.0),
+        Rate(-1, 1.0),
+        Rate(1, 0.0),
+        Rate(1, -1.0),
+        Rate(1, float("nan")),
+        Rate(1, float("inf")),
+        Rate(1, 86401.0),
+        Rate(1, 1.0, burst=0),
+        Rate(2**31, 1.0),
+        Rate(True, 1.0),
+        Rate(1.5, 1.0),  # type: ignore[arg-type]
+    ],
+)
+def test_a_rate_that_is_not_one_is_refused_and_stores_nothing(
+    store: JobContract, rate: Rate
+) -> None:
+    with pytest.raises(InvalidControl):
+        store.rate_limit("q", rate)
+    assert store.controls() == []
+
+
+def rate_claimer(url: str, queue: str, jobs: int) -> list[float]:
+    """Claim ``queue`` one job at a time (acked at once) until ``jobs`` were claimed by
+    everyone or 60 s pass: the moment each of this claimer's claims returned a job."""
+    s = open_store(url)
+    claimed_at: list[float] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            result = s.claim(queue, 3, 60)
+            if result.jobs:
+                claimed_at += [time.time()] * len(result.jobs)
+                s.ack_many([j.receipt for j in result.jobs])
+            elif s.size(queue) == 0:
+                break
+            else:
+                time.sleep(min(result.retry_in or 0.01, 0.05))
+        return claimed_at
+    finally:
+        s.close()
+
+
+def test_racing_claimers_in_separate_processes_never_pass_the_rate(
+    db_url: str, engine_name: str
+) -> None:
+    """Four claimers (processes; threads on the memory store) drain 60 jobs limited to
+    40/s: however they race, the jobs come out no faster than the rate — 60 take at
+    least (60 - 1) / 40 s, and no half-second holds more than 20 + 1."""
+    import multiprocessing
+
+    rate = Rate(40, 1.0)
+    seed = open_store(db_url)
+    seed.enqueue_many([job(payload=b"%d" % i) for i in range(60)])
+    seed.rate_limit("q", rate)
+    args = (db_url, "q", 60)
+    try:
+        if engine_name == "memory":
+            results: list[list[float]] = []
+            threads = [
+                threading.Thread(target=lambda: results.append(rate_claimer(*args)))
+                for _ in range(4)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        else:
+            with multiprocessing.get_context("spawn").Pool(4) as pool:
+                pending = [pool.apply_async(rate_claimer, args) for _ in range(4)]
+                results = [p.get(timeout=120) for p in pending]
+        times = sorted(t for result in results for t in result)
+        assert len(times) == 60 and seed.size("q") == 0
+        # The claims' own clocks spaced them; these are when the claims returned, up to a
+        # transaction later: a few milliseconds of slack.
+        assert times[-1] - times[0] >= (60 - 1) / 40 - 0.05
+        most = max(sum(1 for t in times[i:] if t < start + 0.5) for i, start in enumerate(times))
+        assert most <= 0.5 * 40 + 1 + 1
+    finally:
+        seed.close()
+
+
+def test_a_claim_held_back_by_the_rate_waits_no_longer_than_it_must(
+    store: JobContract,
+) -> None:
+    """What a consumer's wait is capped by: the claim says how long until the next job."""
+    store.enqueue_many([job(), job()])
+    store.rate_limit("q", Rate(4, 1.0))
+    assert len(store.claim("q", 2, 60).jobs) == 1
+    retry_in = store.claim("q", 2, 60).retry_in
+    assert retry_in is not None and 0 < retry_in <= 0.25
+    time.sleep(retry_in + 0.01)
+    assert len(store.claim("q", 2, 60).jobs) == 1
+
+
+def test_a_controls_table_from_before_rate_limits_gains_their_columns(
+    db_url: str, engine_name: str
+) -> None:
+    """askr_queue_controls shipped without the rate columns: a store opened on such a
+    table adds them (nullable, additive) and keeps the controls it holds."""
+    if engine_name == "memory":
+        pytest.skip("the in-memory store has no tables from an earlier release")
+    import sqlalchemy as sa
+
+    from kombu_sqlqueue.store import JobStore
+
+    first = JobStore(db_url)
+    first.pause("q")
+    engine = sa.create_engine(first.url)
+    first.close()
+    with engine.begin() as conn:
+        for column in ("rate_count", "rate_period_ms", "rate_burst", "rate_tat_us"):
+            conn.exec_driver_sql(f"ALTER TABLE askr_queue_controls DROP COLUMN {column}")
+    engine.dispose()
+    store = JobStore(db_url)
+    try:
+        (control,) = store.controls()
+        assert control.paused and control.rate is None
+        store.rate_limit("q", Rate(5, 1.0))
+        assert [c.rate for c in store.controls()] == [Rate(5, 1.0)]
+    finally:
+        store.close()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
-from kombu_sqlqueue.exceptions import InvalidURL, UnknownTransportOption
-from kombu_sqlqueue.store import JobStore, NewJob
+from kombu_sqlqueue.exceptions import ConfigurationError, InvalidURL, UnknownTransportOption
+from kombu_sqlqueue.store import JobStore, NewJob, Rate
 
 
 @pytest.fixture
@@ -344,3 +344,29 @@ def test_a_forked_child_neither_duplicates_nor_deletes_what_its_parent_holds(
         assert store.topology.bindings("ev.fork") == [("#", "parent.events", "topic")]
     conn.release()
     assert store.size("work") == 2
+
+
+def test_limits_declared_in_queue_options_are_written_when_consuming_starts(
+    conn_factory: Any, store: JobStore
+) -> None:
+    """``queue_options={"work": {"concurrency": 2, "rate_limit": "20/s"}}``: the queue's
+    fleet-wide limits, written to its controls by the first consumer — a Celery worker's
+    ``broker_transport_options`` — and the consumer drains under them."""
+    publish(conn_factory(), list(range(6)))
+    assert store.controls() == []
+    conn = conn_factory(queue_options={"work": {"concurrency": 2, "rate_limit": "20/s"}})
+    got = drain(conn, q(), 6)
+    assert sorted(body for body, _m in got) == list(range(6))
+    (control,) = store.controls()
+    assert (control.queue, control.concurrency, control.rate) == ("work", 2, Rate(20, 1.0))
+
+
+def test_a_limit_declared_for_another_formats_queue_is_a_configuration_error(
+    conn_factory: Any,
+) -> None:
+    conn = conn_factory(
+        queue_formats={"work": "laravel"},
+        queue_options={"work": {"concurrency": 2}},
+    )
+    with pytest.raises(ConfigurationError, match="declares a limit"):
+        drain(conn, q(), 1)

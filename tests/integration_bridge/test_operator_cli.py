@@ -23,6 +23,7 @@ from servers import free_port
 from support import kombu_sqlqueue_cli
 
 from kombu_sqlqueue import __version__
+from kombu_sqlqueue.store import Rate
 from laravel_bridge import LaravelQueue, Payload
 from laravel_bridge.tables import JobTable, PushJob
 
@@ -79,7 +80,7 @@ def test_an_operator_sees_and_steers_a_queue(
     assert row == {
         "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
         "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
-        "holders": {}, "paused": False, "resume_at": None, "concurrency": None,
+        "holders": {}, "paused": False, "resume_at": None, "concurrency": None, "rate": None,
         "waiting_on_limit": 0,
     }  # fmt: skip
     text = ok(cli("stats", url, *lay))
@@ -212,7 +213,10 @@ def test_the_exporter_serves_the_queues_figures(
         store = table.store  # type: ignore[attr-defined]
         store.pause("default")
         store.limit("default", 1)
+        store.rate_limit("mail", Rate(30, 60.0))
         found = scrape(exporter)
+        assert found[("askr_queue_rate_limit_per_second", "mail")] == 0.5
+        assert ("askr_queue_rate_limit_per_second", "default") not in found
         assert found[("askr_queue_paused", "default")] == 1
         assert found[("askr_queue_paused", "mail")] == 0
         assert found[("askr_queue_concurrency_limit", "default")] == 1
@@ -499,17 +503,34 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
         assert {c.queue for c in store.controls()} == {"emails", "later"}
 
         said = ok(cli("limit", url, "emails", "--concurrency", "2"))
-        assert said.strip() == "at most 2 job(s) of queue 'emails' held at once"
-        for bad in (["--concurrency", "0"], ["--concurrency", "-1"], ["--concurrency", "x"], []):
+        assert said.strip() == "queue 'emails': at most 2 job(s) held at once"
+        for bad in (
+            ["--concurrency", "0"], ["--concurrency", "-1"], ["--concurrency", "x"], [],
+            ["--rate", "0/s"], ["--rate", "10/fortnight"], ["--rate", "10/s", "--burst", "0"],
+            ["--burst", "3"], ["--clear", "--rate", "1/s"],
+        ):  # fmt: skip
             refused = cli("limit", url, "emails", *bad)
             assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert ok(cli("resume", url, "emails")).strip() == "resumed queue 'emails'"
         assert ok(cli("resume", url, "emails")).strip() == "queue 'emails' was not paused"
         rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
         assert rows["emails"]["concurrency"] == 2 and rows["emails"]["waiting_on_limit"] == 1
-        assert "concurrency 2, 1 waiting on it" in ok(cli("stats", url))
+        assert "concurrency 2, 1 waiting on a limit" in ok(cli("stats", url))
         assert len(store.claim("emails", 3, 60).jobs) == 2
-        assert ok(cli("limit", url, "emails", "--clear")).strip() == "queue 'emails' has no limit"
+
+        said = ok(cli("limit", url, "emails", "--rate", "1/h", "--concurrency", "off"))
+        assert said.strip() == "queue 'emails': at most 1/h handed out, no concurrency limit"
+        rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
+        assert (rows["emails"]["concurrency"], rows["emails"]["rate"]) == (None, "1/h")
+        assert len(store.claim("emails", 3, 60).jobs) == 1  # one an hour
+        store.enqueue(NewJob("emails", b"more"))
+        assert store.claim("emails", 3, 60).jobs == []
+        assert "rate 1/h, 1 waiting on a limit" in ok(cli("stats", url))
+        said = ok(cli("limit", url, "emails", "--rate", "120/m", "--burst", "5"))
+        assert said.strip() == "queue 'emails': at most 120/m (burst 5) handed out"
+        said = ok(cli("limit", url, "emails", "--clear"))
+        assert said.strip() == "queue 'emails': no concurrency limit, no rate limit"
         assert len(store.claim("emails", 3, 60).jobs) == 1
+        assert {c.queue for c in store.controls()} == {"later"}
     finally:
         store.close()

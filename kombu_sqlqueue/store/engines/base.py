@@ -377,14 +377,20 @@ class Queries(LayoutPrimitives):
 
     # -- flow control (askr_queue_controls: store/controls.py decides) ----------------------
     control_all = sa.text(
-        "SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls ORDER BY queue"
+        """
+        SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
+               rate_tat_us
+          FROM askr_queue_controls ORDER BY queue
+        """
     )
     # A claim of a controlled queue reads its row first. Here (SQLite) the claim's
     # transaction holds the database's one write lock (BEGIN IMMEDIATE): claims of the
     # queue are one at a time already; the server engines lock the row (FOR UPDATE).
     control_get = sa.text(
         """
-        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+        SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
+               rate_tat_us
+          FROM askr_queue_controls
          WHERE queue = :queue
         """
     )
@@ -427,11 +433,34 @@ class Queries(LayoutPrimitives):
          WHERE queue = :queue AND paused = 1 AND resume_at <= :now
         """
     )
+    control_rate = sa.text(
+        """
+        INSERT INTO askr_queue_controls
+               (queue, paused, rate_count, rate_period_ms, rate_burst, rate_tat_us, updated_at)
+        VALUES (:queue, 0, :count, :period_ms, :burst, 0, :now)
+        ON CONFLICT (queue) DO UPDATE
+           SET rate_count = excluded.rate_count, rate_period_ms = excluded.rate_period_ms,
+               rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
+        """
+    )
+    control_unrate = sa.text(
+        """
+        UPDATE askr_queue_controls
+           SET rate_count = NULL, rate_period_ms = NULL, rate_burst = NULL, rate_tat_us = NULL,
+               updated_at = :now
+         WHERE queue = :queue AND rate_count IS NOT NULL
+        """
+    )
+    # What a claim under a rate limit handed out, spent: when the next claim conforms
+    # (store/controls.py's rate_charged), written under the row's lock.
+    control_rate_spend = sa.text(
+        "UPDATE askr_queue_controls SET rate_tat_us = :tat WHERE queue = :queue"
+    )
     # A row whose every control is off is dropped: the queue's claims are plain again.
     control_drop_idle = sa.text(
         """
         DELETE FROM askr_queue_controls
-         WHERE queue = :queue AND paused = 0 AND concurrency IS NULL
+         WHERE queue = :queue AND paused = 0 AND concurrency IS NULL AND rate_count IS NULL
         """
     )
 

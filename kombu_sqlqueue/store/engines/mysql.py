@@ -107,10 +107,21 @@ class MySQLQueries(Queries):
         ON DUPLICATE KEY UPDATE concurrency = :concurrency, updated_at = :now
         """
     )
+    control_rate = sa.text(
+        """
+        INSERT INTO askr_queue_controls
+               (queue, paused, rate_count, rate_period_ms, rate_burst, rate_tat_us, updated_at)
+        VALUES (:queue, 0, :count, :period_ms, :burst, 0, :now)
+        ON DUPLICATE KEY UPDATE rate_count = :count, rate_period_ms = :period_ms,
+                                rate_burst = :burst, updated_at = :now
+        """
+    )
     # The queue's row locked until the claim commits (see PostgreSQLQueries.control_get).
     control_get = sa.text(
         """
-        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+        SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
+               rate_tat_us
+          FROM askr_queue_controls
          WHERE queue = :queue FOR UPDATE
         """
     )

@@ -227,7 +227,9 @@ class PostgreSQLQueries(Queries):
     # at a time, so a concurrency limit's count of held jobs cannot be raced past.
     control_get = sa.text(
         """
-        SELECT queue, paused, resume_at, concurrency FROM askr_queue_controls
+        SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
+               rate_tat_us
+          FROM askr_queue_controls
          WHERE queue = :queue FOR UPDATE
         """
     )
