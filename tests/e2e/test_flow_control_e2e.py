@@ -1,7 +1,9 @@
 """A pause from the operator's CLI reaches real ``celery worker`` processes, on every engine:
 two workers (prefork, two children each: two hosts, as processes) draining a queue stop
 starting its tasks once ``kombu-sqlqueue pause`` returned — the jobs they held finish and
-settle —, publishes go on being stored, and ``resume`` drains the rest, each task once."""
+settle —, publishes go on being stored, and ``resume`` drains the rest, each task once.
+Limits from the CLI hold across three workers: never more than the concurrency limit
+running at once (a ledger of task starts and ends), never faster than the rate."""
 
 from __future__ import annotations
 
@@ -92,5 +94,65 @@ def test_a_paused_queue_stops_every_worker_and_resume_drains_it(
     assert set(ran) == {f"t{n}" for n in range(TASKS + 10)}
     assert max(ran.values()) == 1, [label for label, count in ran.items() if count > 1]
     assert not any(e["redelivered"] for e in task_events(out_file, "ran"))
+    for worker in workers:
+        assert "Traceback" not in worker.output, worker.output[-3000:]
+
+
+def most_at_once(holds: list[tuple[float, float]]) -> int:
+    """The most intervals of ``holds`` open at one moment."""
+    edges = sorted([(start, 1) for start, _ in holds] + [(end, -1) for _, end in holds])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_limits_set_from_the_cli_hold_for_every_worker(
+    spawn: Callable[..., Proc],
+    broker_url: str,
+    db_url: str,
+    out_file: Path,
+    app: Celery,
+) -> None:
+    """Three workers (prefork, two children each: six tasks at once unlimited) on a queue
+    limited to two at once: no moment has more than two tasks running across them, and
+    every task runs once. Then a rate limit of 10/s instead: 20 tasks start no faster."""
+    for n in range(30):  # (the first publish makes the tables the CLI writes to)
+        app.send_task("e2e.record_late", args=[f"c{n}"], kwargs={"sleep": TASK_SECONDS})
+    assert "at most 2 job(s) held at once" in operator(
+        "limit", broker_url, "e2e", "--concurrency", "2"
+    )
+    workers = [
+        spawn(
+            f"worker{n}",
+            celery_worker_args(f"lim{n}"),
+            E2E_BROKER_URL=broker_url,
+            E2E_DB_URL=db_url,
+            E2E_OUT=str(out_file),
+            E2E_VISIBILITY=str(E2E_VISIBILITY),
+        )
+        for n in range(3)
+    ]
+    for worker in workers:
+        worker.wait_text("ready.", timeout=30)
+    wait_until(lambda: len(task_events(out_file, "ran")) >= 30, 60, what="30 tasks ran")
+    started = {e["label"]: e["t"] for e in task_events(out_file, "started")}
+    holds = [(started[e["label"]], e["t"]) for e in task_events(out_file, "ran")]
+    assert most_at_once(holds) == 2  # the limit, reached and never passed
+    assert len({e["pid"] for e in task_events(out_file, "ran")}) >= 2  # shared out
+
+    said = operator("limit", broker_url, "e2e", "--concurrency", "off", "--rate", "10/s")
+    assert "at most 10/s handed out, no concurrency limit" in said
+    for n in range(20):
+        app.send_task("e2e.record_late", args=[f"r{n}"])
+    wait_until(lambda: len(task_events(out_file, "ran")) >= 50, 60, what="20 more tasks ran")
+    times = sorted(e["t"] for e in task_events(out_file, "started") if e["label"][0] == "r")
+    # Claimed one a tenth of a second; a task starts a moment after its claim (a pool
+    # child takes it), so the starts are compared with some slack.
+    assert times[-1] - times[0] >= (20 - 1) / 10 - 0.3
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 10 + 1 + 2
+    ran = Counter(e["label"] for e in task_events(out_file, "ran"))
+    assert len(ran) == 50 and max(ran.values()) == 1
     for worker in workers:
         assert "Traceback" not in worker.output, worker.output[-3000:]
