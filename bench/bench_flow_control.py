@@ -6,6 +6,9 @@ Usage::
     # a limited queue, this tree (its workers are threads, a store each):
     python bench/bench_flow_control.py --limited [--limit 2 --consumers 6 --work-ms 50 --rest-ms 10]
 
+    # a rate-limited queue, this tree (Kombu consumers in threads, a connection each):
+    python bench/bench_flow_control.py --rated [--rate 100/s --consumers 6 --rated-jobs 400]
+
     # this tree, in-process, once (starts a throwaway PostgreSQL and MariaDB):
     python bench/bench_flow_control.py [--engines sqlite,postgresql,mysql]
                                        [--jobs 5000] [--single 2000] [--empty 500]
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import signal
@@ -238,6 +242,94 @@ def run_limited(args: argparse.Namespace) -> None:
     )
 
 
+def measure_rated(url: str, jobs: int, rate_spec: str, consumers: int) -> dict[str, float]:
+    """``consumers`` Kombu consumers (threads, a connection each: the transport's own idle
+    waits, which a rate-limited claim caps at the next job's due time) drain ``jobs``
+    messages of a queue limited to ``rate_spec``: the rate achieved against the limit, the
+    gaps between consecutive deliveries against the interval, the most in any second."""
+    from kombu import Connection
+
+    from kombu_sqlqueue.store import JobStore
+    from kombu_sqlqueue.store.controls import parse_rate
+
+    rate = parse_rate(rate_spec)
+    broker = f"sqlqueue+{url}"
+    options = {"polling_interval": 0.1, "max_polling_interval": 1.0}
+    with Connection(broker, transport_options=options) as conn:
+        queue = conn.SimpleQueue("rated")
+        for n in range(jobs):
+            queue.put(n)
+        queue.close()
+    seed = JobStore(url)
+    seed.rate_limit("rated", rate)
+    delivered: list[float] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def consumer() -> None:
+        with Connection(broker, transport_options=options) as conn:
+            queue = conn.SimpleQueue("rated")
+            try:
+                while not done.is_set():
+                    try:
+                        message = queue.get(block=True, timeout=1.0)
+                    except queue.Empty:
+                        continue
+                    message.ack()
+                    with lock:
+                        delivered.append(time.perf_counter())
+                        if len(delivered) >= jobs:
+                            done.set()
+            finally:
+                queue.close()
+
+    threads = [threading.Thread(target=consumer) for _ in range(consumers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(jobs / (rate.count / rate.period) * 3 + 60)
+    done.set()
+    seed.close()
+    delivered.sort()
+    spent = delivered[-1] - delivered[0]
+    gaps = sorted(b - a for a, b in itertools.pairwise(delivered))
+    most = max(
+        sum(1 for t in delivered[i : i + rate.count * 3] if t < start + 1.0)
+        for i, start in enumerate(delivered)
+    )
+    limit_per_s = rate.count / rate.period
+    return {
+        "jobs": float(len(delivered)),
+        "jobs_per_s": (len(delivered) - 1) / spent,
+        "limit_per_s": limit_per_s,
+        "gap_p50_ms": 1000 * gaps[len(gaps) // 2],
+        "gap_p99_ms": 1000 * gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))],
+        "interval_ms": 1000 / limit_per_s,
+        "most_in_a_second": float(most),
+    }
+
+
+def run_rated(args: argparse.Namespace) -> None:
+    rows: list[list[str]] = []
+    with databases(args.engines) as dbs:
+        for engine in args.engines:
+            r = measure_rated(
+                dbs.fresh(engine, "rated"), args.rated_jobs, args.rate, args.consumers
+            )
+            rows.append([
+                engine, f"{r['jobs']:.0f}", f"{r['jobs_per_s']:,.1f}", f"{r['limit_per_s']:,.1f}",
+                f"{r['jobs_per_s'] / r['limit_per_s']:.2f}", f"{r['interval_ms']:.1f}",
+                f"{r['gap_p50_ms']:.1f}", f"{r['gap_p99_ms']:.1f}", f"{r['most_in_a_second']:.0f}",
+            ])  # fmt: skip
+            print(f"{engine:<10} {rows[-1][1:]}", flush=True)
+    print(f"\nrate {args.rate}, {args.consumers} Kombu consumers (code {code_version()})\n")
+    print_table(
+        ["engine", "jobs", "jobs/s", "limit/s", "ratio", "interval ms", "gap p50 ms",
+         "gap p99 ms", "most in 1 s"],
+        rows,
+    )  # fmt: skip
+
+
 # -- servers and fresh databases ------------------------------------------------------------
 
 
@@ -427,6 +519,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limited-jobs", type=int, default=400, help="--limited: jobs drained")
     p.add_argument("--work-ms", type=float, default=50.0, help="--limited: one job's work")
     p.add_argument("--rest-ms", type=float, default=10.0, help="--limited: rest after an ack")
+    p.add_argument(
+        "--rated",
+        action="store_true",
+        help="measure a rate-limited queue instead (this tree, Kombu consumers): the rate "
+        "achieved, the gaps between deliveries (p50/p99), the most in any second",
+    )
+    p.add_argument("--rate", default="100/s", help="--rated: the rate limit")
+    p.add_argument("--rated-jobs", type=int, default=400, help="--rated: messages drained")
     args = p.parse_args(argv)
     unknown = [e for e in args.engines if e not in ENGINES]
     if unknown:
@@ -442,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     if args.limited:
         run_limited(args)
+    elif args.rated:
+        run_rated(args)
     elif args.ab:
         run_ab(args)
     else:

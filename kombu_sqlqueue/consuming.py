@@ -148,8 +148,11 @@ class ChannelConsumer:
             return []
         jobs = claimed.jobs
         if claimed.retry_in is not None:
-            connection.claim_again_within(claimed.retry_in)  # a rate limit's next job
-        if len(jobs) + claimed.dead_lettered + claimed.expired < n:
+            # A rate limit cut the claim: the queue has more, due then (not drained: no
+            # enqueue will say so).
+            connection.claim_again_within(claimed.retry_in)
+            self.drained.discard(queue)
+        elif len(jobs) + claimed.dead_lettered + claimed.expired < n:
             self.drained.add(queue)
         else:
             self.drained.discard(queue)

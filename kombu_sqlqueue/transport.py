@@ -555,11 +555,8 @@ class Transport(virtual.Transport):
         (``concurrency``, ``rate_limit``) to the queue's controls, once a connection — so
         the code that runs a queue can say how it may run, fleet-wide. Every worker
         writes the same; the CLI's ``limit`` may change it until a worker starts again."""
-        if queue in self._limits_declared:
-            return
-        self._limits_declared.add(queue)
         declared = self.options.limits().get(queue)
-        if declared is None:
+        if declared is None or queue in self._limits_declared:
             return
         if queue in self.formats:
             raise ConfigurationError(
@@ -571,6 +568,7 @@ class Transport(virtual.Transport):
             self.store.limit(queue, declared.concurrency)
         if declared.rate_limit is not None:
             self.store.rate_limit(queue, declared.rate_limit)
+        self._limits_declared.add(queue)  # written (a failure is tried again next consume)
         logger.info(
             "queue %r: limits declared by queue_options written (concurrency %s, rate %s)",
             queue,

@@ -718,8 +718,8 @@ def limit(
     next claim; a limit not named is left as it is."""
     if clear == (concurrency is not None or rate is not None):
         raise click.UsageError("give --concurrency N, --rate N/PERIOD (or 'off'), or --clear")
-    if rate is None and burst != 1:
-        raise click.UsageError("--burst goes with --rate")
+    if (rate is None or rate.strip().lower() == "off") and burst != 1:
+        raise click.UsageError("--burst goes with --rate N/PERIOD")
     new_concurrency = None if clear else _limit_value(concurrency, int, "--concurrency")
     new_rate = None if clear else _limit_value(rate, lambda v: parse_rate(v, burst), "--rate")
     admin = _admin(kw, url)
@@ -754,6 +754,8 @@ def _limit_value(value: str | None, parse: Callable[[str], Any], option: str) ->
         return None
     try:
         return parse(value)
+    except InvalidControl:
+        raise  # it says what is wrong
     except ValueError as exc:
         raise InvalidControl(f"{option} takes a whole number or 'off', got {value!r}") from exc
 

@@ -184,6 +184,8 @@ class QueueAdmin(Protocol):
 class _Host(QueryRunner, Protocol):
     """What :class:`ContractAdmin` uses of its store (a :class:`~.store.JobStore`)."""
 
+    clock: Callable[[], float]
+
     def purge(self, queue: str) -> int: ...
 
     def holders(self) -> list[Holding]: ...
@@ -224,15 +226,17 @@ def merge_stats(
     return [found[name] for name in sorted(found)]
 
 
-def with_control(row: QueueStats, control: QueueControl, now: int) -> QueueStats:
-    """``row`` with what ``control`` says of it at ``now``: paused, limited, and how many
-    ready jobs the limits hold back (what a claim of every ready job could not take)."""
+def with_control(row: QueueStats, control: QueueControl, now: int, now_us: int) -> QueueStats:
+    """``row`` with what ``control`` says of it at ``now`` (``now_us``, to the
+    microsecond): paused, limited, and how many ready jobs the limits hold back (what a
+    claim of every ready job could not take now — under a rate limit spacing jobs one at a
+    time, all but one while the queue drains at the rate)."""
     paused = control.paused_at(now)
     waiting = 0
     if control.concurrency is not None or control.rate is not None:
         # What the limits alone hold back (a pause holds back everything, said apart).
         unpaused = replace(control, paused=False)
-        allowed = claim_allowance(unpaused, now, row.ready, row.reserved, now * 1_000_000)
+        allowed = claim_allowance(unpaused, now, row.ready, row.reserved, now_us)
         waiting = row.ready - allowed.rows
     return replace(
         row,
@@ -307,7 +311,10 @@ class ContractAdmin:
         for control in s.controls():
             if control.in_force(now):
                 found[control.queue] = with_control(
-                    found.get(control.queue, QueueStats(control.queue)), control, now
+                    found.get(control.queue, QueueStats(control.queue)),
+                    control,
+                    now,
+                    int(s.clock() * 1_000_000),
                 )
         return [found[name] for name in sorted(found)]
 

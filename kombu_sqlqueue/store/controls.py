@@ -109,25 +109,40 @@ def claim_allowance(
     return Allowance(rows, limited, retry_in)
 
 
+def rate_due(rate: Rate, tat_us: int, now_us: int) -> float:
+    """When the next claim is due at the steady rate: the stored due time, but never in
+    the past and never more than ``burst`` intervals ahead. Claims at one rate never push
+    it further; a due time from a slower rate since changed, or written by a host whose
+    clock runs ahead, would otherwise hold every claim back until then."""
+    return min(max(tat_us, now_us), now_us + rate.burst * rate.interval_us)
+
+
+def rate_overdue(rate: Rate, tat_us: int, now_us: int) -> bool:
+    """Whether the stored due time is further ahead than claims at ``rate`` ever put it
+    (a host whose clock ran ahead wrote it): a claim that reads it writes back the
+    bounded one (:func:`rate_due`), so the others are held back one burst at most."""
+    return tat_us > now_us + rate.burst * rate.interval_us
+
+
 def rate_room(rate: Rate, tat_us: int, now_us: int) -> int:
     """How many claims conform at ``now_us`` under ``rate`` whose next claim is due at
-    ``tat_us`` (GCRA: the k-th conforms when ``max(tat, now) + (k - 1) * interval``
-    is at most ``(burst - 1) * interval`` ahead of now)."""
+    ``tat_us`` (GCRA: the k-th conforms when ``due + (k - 1) * interval`` is at most
+    ``(burst - 1) * interval`` ahead of now)."""
     interval = rate.interval_us
-    ahead = max(tat_us, now_us) - now_us
-    return max(0, math.floor(((rate.burst - 1) * interval - ahead) / interval) + 1)
+    ahead = rate_due(rate, tat_us, now_us) - now_us
+    return max(0, math.floor(((rate.burst - 1) * interval - ahead) / interval + 1e-9) + 1)
 
 
 def rate_wait(rate: Rate, tat_us: int, now_us: int, k: int = 1) -> float:
     """Seconds from ``now_us`` until ``k`` claims conform."""
     interval = rate.interval_us
-    due = max(tat_us, now_us) + (k - 1) * interval - (rate.burst - 1) * interval
+    due = rate_due(rate, tat_us, now_us) + (k - 1) * interval - (rate.burst - 1) * interval
     return max(0.0, (due - now_us) / 1e6)
 
 
 def rate_charged(rate: Rate, tat_us: int, now_us: int, taken: int) -> int:
     """The next claim's due time once ``taken`` claims were handed out at ``now_us``."""
-    return round(max(tat_us, now_us) + taken * rate.interval_us)
+    return math.ceil(rate_due(rate, tat_us, now_us) + taken * rate.interval_us)
 
 
 #: The longest rate period: a day (longer spacing is a schedule, not a rate).
@@ -149,15 +164,16 @@ def parse_rate(spec: str, burst: int = 1) -> Rate:
     return check_rate(Rate(int(count), period, burst))
 
 
+#: The fastest rate: a million a second (the due time is kept in microseconds).
+MAX_RATE_PER_SECOND = 1_000_000
+
+
 def check_rate(rate: Rate) -> Rate:
-    """A rate whose count and burst are whole numbers from 1 and whose period is more than
-    a millisecond and at most a day."""
+    """A rate whose count and burst are whole numbers from 1, whose period is whole
+    milliseconds from one to a day, and which is at most a million a second."""
     for what, value in (("count", rate.count), ("burst", rate.burst)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or not 1 <= value <= MAX_CONCURRENCY
-        ):
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or not 1 <= value <= MAX_CONCURRENCY:
             raise InvalidControl(
                 f"a rate's {what} is a whole number from 1 to {MAX_CONCURRENCY}, got {value!r}"
             )
@@ -166,9 +182,15 @@ def check_rate(rate: Rate) -> Rate:
         isinstance(period, bool)
         or not isinstance(period, (int, float))
         or not (0.001 <= period <= MAX_RATE_PERIOD)
+        or abs(period * 1000 - round(period * 1000)) > 1e-6
     ):
         raise InvalidControl(
-            f"a rate's period is from 0.001 to {MAX_RATE_PERIOD:g} seconds, got {period!r}"
+            f"a rate's period is whole milliseconds from 0.001 to {MAX_RATE_PERIOD:g} "
+            f"seconds, got {period!r}"
+        )
+    if rate.count / period > MAX_RATE_PER_SECOND:
+        raise InvalidControl(
+            f"a rate is at most {MAX_RATE_PER_SECOND:,} a second, got {rate.count}/{period:g}s"
         )
     return Rate(rate.count, float(period), rate.burst)
 

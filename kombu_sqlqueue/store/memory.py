@@ -38,6 +38,7 @@ from .controls import (
     check_rate,
     claim_allowance,
     rate_charged,
+    rate_overdue,
 )
 from .database import StoreOptions
 from .enlist import Enlistment
@@ -364,6 +365,7 @@ class MemoryJobStore:
         allowance = claim_allowance(control, now, params.n, held, params.now_us)
         params = params.more(allowance.rows)
         if params.n <= 0:
+            self._spend_rate(params, control, 0)
             return ClaimResult([], retry_in=allowance.retry_in)
         jobs: list[ClaimedJob] = []
         dead = expired = 0
@@ -383,12 +385,19 @@ class MemoryJobStore:
             expired += len(screened.past_ttl)
             if not screened.past_ttl or len(jobs) >= params.n:
                 break
-        if control is not None and control.rate is not None and jobs:  # control_rate_spend
-            tat = rate_charged(control.rate, control.rate_tat_us, params.now_us, len(jobs))
-            s.controls[params.queue] = dataclasses.replace(control, rate_tat_us=tat)
+        self._spend_rate(params, control, len(jobs))
         # Held back only when the rate cut the claim and the queue had more to give.
-        held_back = allowance.retry_in if len(jobs) >= params.n else None
+        held_back = allowance.retry_in if len(jobs) + dead + expired >= params.n else None
         return ClaimResult(jobs, dead, expired, held_back)
+
+    def _spend_rate(self, params: ClaimParams, control: QueueControl | None, taken: int) -> None:
+        """Spend ``taken`` claims of the queue's rate limit, as JobStore._spend_rate_in."""
+        if control is None or control.rate is None:
+            return
+        rate, tat = control.rate, control.rate_tat_us
+        if taken or rate_overdue(rate, tat, params.now_us):
+            charged = rate_charged(rate, tat, params.now_us, taken)
+            self._space.controls[params.queue] = dataclasses.replace(control, rate_tat_us=charged)
 
     def ack_and_claim(
         self,
@@ -494,7 +503,7 @@ class MemoryJobStore:
             rate = check_rate(rate)
         with self._space.lock:
             control = self._space.controls.get(queue, QueueControl(queue))
-            tat = control.rate_tat_us if rate is not None else 0
+            tat = control.rate_tat_us if rate is not None and rate == control.rate else 0
             self._settle_control(dataclasses.replace(control, rate=rate, rate_tat_us=tat))
 
     def resume(self, queue: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import sqlalchemy as sa
 
-from ..exceptions import StoreError
+from ..exceptions import InvalidControl, StoreError
 from ..limits import fit_utf8
 from .admin import ContractAdmin
 from .claiming import MAX_CLAIM_ROUNDS, ClaimParams, Screened, exhausted_reason, screen
@@ -35,6 +35,7 @@ from .controls import (
     check_rate,
     claim_allowance,
     rate_charged,
+    rate_overdue,
 )
 from .database import Database, StoreOptions, TableStore
 from .enlist import Enlistment
@@ -310,6 +311,7 @@ class JobStore(TableStore):
             if control is not None:
                 allowance = self._allowance_in(tx, params, control)
                 if allowance.rows <= 0:
+                    self._spend_rate_in(tx, params, control, 0)
                     return ClaimResult([], retry_in=allowance.retry_in)
                 params = params.more(min(params.n, allowance.rows))
         token, now = params.token, params.now
@@ -344,12 +346,10 @@ class JobStore(TableStore):
             self._slot_tokens[token] = params.queue
             while len(self._slot_tokens) > SLOT_TOKENS_KEPT:
                 self._slot_tokens.popitem(last=False)
-        if control is not None and control.rate is not None and jobs:
-            # Rows handed out spend the rate (dead-lettered and expired ones were not work).
-            tat = rate_charged(control.rate, control.rate_tat_us, params.now_us, len(jobs))
-            tx.execute(self.q.control_rate_spend, {"queue": params.queue, "tat": tat})
+        if control is not None:
+            self._spend_rate_in(tx, params, control, len(jobs))
         # Held back only when the rate cut the claim and the queue had more to give.
-        held_back = allowance.retry_in if len(jobs) >= params.n else None
+        held_back = allowance.retry_in if len(jobs) + dead + expired >= params.n else None
         return ClaimResult(jobs, dead, expired, held_back)
 
     def _control_in(self, tx: Tx, params: ClaimParams) -> QueueControl | None:
@@ -373,6 +373,19 @@ class JobStore(TableStore):
             binds = {"queue": params.queue, "now": params.now}
             held = int(tx.execute(self.q.control_held, binds).fetchone()[0])
         return claim_allowance(control, params.now, params.n, held, params.now_us)
+
+    def _spend_rate_in(
+        self, tx: Tx, params: ClaimParams, control: QueueControl, taken: int
+    ) -> None:
+        """Spend ``taken`` claims of the queue's rate limit, if it has one: its next due
+        time, written under the row's lock. Rows handed out spend it (dead-lettered and
+        expired ones were not work); a claim that took none writes only a due time it
+        found beyond any this rate sets (:func:`.controls.rate_overdue`)."""
+        rate = control.rate
+        if rate is None or not (taken or rate_overdue(rate, control.rate_tat_us, params.now_us)):
+            return
+        tat = rate_charged(rate, control.rate_tat_us, params.now_us, taken)
+        tx.execute(self.q.control_rate_spend, {"queue": params.queue, "tat": tat})
 
     def _frees_slots(self, tokens: Collection[str]) -> bool:
         """Whether settling deliveries of these claim tokens frees a limited queue's slot
@@ -889,7 +902,12 @@ def read_control(row: Sequence[Any] | None) -> QueueControl | None:
     queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst, tat = row
     rate = None
     if rate_count is not None and rate_period_ms is not None:
-        rate = Rate(int(rate_count), int(rate_period_ms) / 1000.0, int(rate_burst or 1))
+        try:
+            rate = check_rate(
+                Rate(int(rate_count), int(rate_period_ms) / 1000.0, int(rate_burst or 1))
+            )
+        except InvalidControl as exc:  # a row written by hand: no rate rather than no claims
+            logger.warning("queue %r: ignoring its stored rate limit: %s", queue, exc)
     return QueueControl(
         str(queue),
         bool(paused),

@@ -603,3 +603,52 @@ def test_a_controls_table_from_before_rate_limits_gains_their_columns(
         assert [c.rate for c in store.controls()] == [Rate(5, 1.0)]
     finally:
         store.close()
+
+
+def test_a_faster_rate_takes_over_at_once(store: JobContract, clock: Clock) -> None:
+    """A slow rate's next job is due far ahead; set a faster one and that due time is
+    the new rate's, not the old one's (never more than a burst of intervals ahead)."""
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(5)])
+    store.rate_limit("q", Rate(1, 86400.0))
+    assert len(store.claim("q", 5, 60).jobs) == 1
+    store.rate_limit("q", Rate(10, 1.0))
+    clock.advance(0.1)
+    assert len(store.claim("q", 5, 60).jobs) == 1
+
+
+def test_a_host_whose_clock_runs_ahead_holds_the_others_back_one_interval_at_most(
+    store: JobContract, clock: Clock, other: JobContract
+) -> None:
+    """The rate is kept by the claimers' clocks: a host five minutes ahead that claims
+    sets the next due time by its clock, which the others read as at most one burst of
+    intervals ahead of theirs."""
+    ahead = Clock(clock.now + 300)
+    other.clock = ahead
+    store.enqueue_many([job(payload=b"%d" % i) for i in range(5)])
+    store.rate_limit("q", Rate(2, 1.0))
+    assert len(other.claim("q", 1, 60).jobs) == 1
+    held_back = store.claim("q", 1, 60)
+    assert held_back.jobs == [] and held_back.retry_in is not None
+    assert held_back.retry_in <= 0.5 + 1e-6
+    clock.advance(0.5)
+    assert len(store.claim("q", 1, 60).jobs) == 1
+
+
+def test_a_stored_rate_that_is_not_one_is_ignored_not_fatal(
+    store: JobContract, engine_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row written by hand with a rate of 0 a period: the queue is claimed as if it had
+    no rate (said once a read, at warning), not refused forever."""
+    if engine_name == "memory":
+        pytest.skip("the in-memory store's controls are checked objects, not rows")
+    import sqlalchemy as sa
+
+    store.enqueue_many([job(), job()])
+    store.rate_limit("q", Rate(5, 1.0))
+    engine = sa.create_engine(store.url)  # type: ignore[attr-defined]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE askr_queue_controls SET rate_count = 0, rate_period_ms = 0")
+    engine.dispose()
+    with caplog.at_level("WARNING"):
+        assert len(store.claim("q", 5, 60).jobs) == 2
+    assert "ignoring its stored rate limit" in caplog.text

@@ -40,7 +40,8 @@ def test_rates_are_spelled_as_celery_spells_rate_limit(spec: str, rate: Rate) ->
 
 @pytest.mark.parametrize(
     "spec", ["", "0/s", "-1/s", "1/0s", "10/x", "10/", "/s", "ten/s", "1e3/s", "10/s/s",
-             "1/2d", "10 per second", "1/0.0001s", "99999999999/s"],
+             "1/2d", "10 per second", "1/0.0001s", "99999999999/s", "5/0.0015s",
+             "2000001/s"],
 )  # fmt: skip
 def test_a_rate_that_is_not_one_is_a_named_error(spec: str) -> None:
     with pytest.raises(InvalidControl, match="rate"):
@@ -115,3 +116,19 @@ def test_a_declared_limit_that_is_not_one_is_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigurationError, match=said):
         TransportOptions.from_mapping({"queue_options": {"q": raw}})
+
+
+def test_a_bad_rate_on_the_command_line_says_what_is_wrong_with_it() -> None:
+    from support import kombu_sqlqueue_cli
+
+    url = "sqlqueue+sqlite:///:memory:"
+    cases = {
+        ("--rate", "10/x"): "a rate is N/s",
+        ("--rate", "10/s", "--burst", "0"): "burst",
+        ("--rate", "5/0.0015s"): "whole milliseconds",
+        ("--concurrency", "two"): "--concurrency takes a whole number",
+        ("--rate", "off", "--burst", "3"): "--burst goes with --rate",
+    }
+    for args, said in cases.items():
+        done = kombu_sqlqueue_cli("limit", url, "q", *args)
+        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)

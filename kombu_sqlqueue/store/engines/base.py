@@ -433,13 +433,19 @@ class Queries(LayoutPrimitives):
          WHERE queue = :queue AND paused = 1 AND resume_at <= :now
         """
     )
+    # Setting the rate a queue has keeps its due time (every worker that declares it writes
+    # it again); a new rate starts afresh (a slower one's due time would hold it back).
     control_rate = sa.text(
         """
         INSERT INTO askr_queue_controls
                (queue, paused, rate_count, rate_period_ms, rate_burst, rate_tat_us, updated_at)
         VALUES (:queue, 0, :count, :period_ms, :burst, 0, :now)
         ON CONFLICT (queue) DO UPDATE
-           SET rate_count = excluded.rate_count, rate_period_ms = excluded.rate_period_ms,
+           SET rate_tat_us = CASE WHEN askr_queue_controls.rate_count = excluded.rate_count
+                                   AND askr_queue_controls.rate_period_ms = excluded.rate_period_ms
+                                   AND askr_queue_controls.rate_burst = excluded.rate_burst
+                                  THEN askr_queue_controls.rate_tat_us ELSE 0 END,
+               rate_count = excluded.rate_count, rate_period_ms = excluded.rate_period_ms,
                rate_burst = excluded.rate_burst, updated_at = excluded.updated_at
         """
     )

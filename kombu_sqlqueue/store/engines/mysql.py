@@ -107,13 +107,17 @@ class MySQLQueries(Queries):
         ON DUPLICATE KEY UPDATE concurrency = :concurrency, updated_at = :now
         """
     )
+    # MySQL's assignments see the ones before them: the due time is decided first.
     control_rate = sa.text(
         """
         INSERT INTO askr_queue_controls
                (queue, paused, rate_count, rate_period_ms, rate_burst, rate_tat_us, updated_at)
         VALUES (:queue, 0, :count, :period_ms, :burst, 0, :now)
-        ON DUPLICATE KEY UPDATE rate_count = :count, rate_period_ms = :period_ms,
-                                rate_burst = :burst, updated_at = :now
+        ON DUPLICATE KEY UPDATE
+           rate_tat_us = CASE WHEN rate_count = :count AND rate_period_ms = :period_ms
+                               AND rate_burst = :burst THEN rate_tat_us ELSE 0 END,
+           rate_count = :count, rate_period_ms = :period_ms, rate_burst = :burst,
+           updated_at = :now
         """
     )
     # The queue's row locked until the claim commits (see PostgreSQLQueries.control_get).
