@@ -88,6 +88,11 @@ class ClaimParams:
             now_us=int(clock * 1_000_000),
         )
 
+    def at_us(self, clock: float) -> ClaimParams:
+        """The same claim with ``now_us`` read again (a rate limit's clock, read once the
+        claim holds the queue's lock); ``now`` and the deadline stay as fixed."""
+        return replace(self, now_us=int(clock * 1_000_000))
+
     def more(self, n: int) -> ClaimParams:
         """The same claim (token, deadline) for ``n`` more rows: a next round."""
         return replace(self, n=n)

@@ -349,6 +349,7 @@ class MemoryJobStore:
 
     def _claim_in(self, params: ClaimParams, max_attempts: int | None) -> ClaimResult:
         s = self._space
+        params = params.at_us(self.clock())  # inside the lock, as JobStore's row lock
         now, token = params.now, params.token
         control = s.controls.get(params.queue)
         if control is not None and control.paused and not control.paused_at(now):

@@ -305,6 +305,10 @@ class JobStore(TableStore):
         control: QueueControl | None = None
         if controlled:
             control = self._control_in(tx, params)
+            # A rate limit spaces claims by when they hold the queue's row lock, not by
+            # when they began waiting for it (a claim that waited would hand out its job
+            # right behind the one before it).
+            params = params.at_us(self.clock())
             # No row (any more): the plain claim, whose NOT EXISTS still refuses the queue
             # if a pause or limit commits between that read and this claim.
             controlled = control is not None
