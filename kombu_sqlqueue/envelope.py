@@ -34,6 +34,7 @@ from kombu import serialization as kombu_serialization
 from .exceptions import MalformedMessage, PayloadLimitExceeded
 from .limits import MAX_JSON_DEPTH, json_depth_exceeds
 from .store import ClaimedJob, NewJob, Receipt
+from .store.controls import check_concurrency_key
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ def new_job(
         max_attempts=max_attempts,
         uuid=str(task_id) if task_id else None,
         expires_in=time_to_live(own, queue_ttl),
+        concurrency_key=check_concurrency_key(headers.get("concurrency_key")),
     )
 
 

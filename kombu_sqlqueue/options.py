@@ -48,15 +48,17 @@ class QueueOptions:
     concurrency: int | None = None
     #: At most so many jobs handed out per period by every worker (likewise).
     rate_limit: Rate | None = None
+    #: At most this many jobs of one ``concurrency_key`` held at once (likewise).
+    key_concurrency: int | None = None
 
 
-def _queue_concurrency(queue: str, value: Any) -> int | None:
+def _queue_concurrency(queue: str, value: Any, key: str = "concurrency") -> int | None:
     if value is None:
         return None
     try:
         return check_concurrency(queue, value)
     except InvalidControl as exc:
-        raise ConfigurationError(f"queue_options[{queue!r}]['concurrency']: {exc}") from exc
+        raise ConfigurationError(f"queue_options[{queue!r}][{key!r}]: {exc}") from exc
 
 
 def _queue_rate(queue: str, value: Any) -> Rate | None:
@@ -301,7 +303,10 @@ class TransportOptions:
             return raw
         if not isinstance(raw, Mapping):
             raise ConfigurationError(f"queue_options[{queue!r}] must be a mapping, got {raw!r}")
-        allowed = {"max_attempts", "backoff_base", "backoff_cap", "concurrency", "rate_limit"}
+        allowed = {
+            "max_attempts", "backoff_base", "backoff_cap", "concurrency", "rate_limit",
+            "key_concurrency",
+        }  # fmt: skip
         unknown = set(raw) - allowed
         if unknown:
             raise UnknownTransportOption(
@@ -317,6 +322,9 @@ class TransportOptions:
                 _number("backoff_cap", raw.get("backoff_cap", self.backoff_cap), minimum=0),
             ),
             concurrency=_queue_concurrency(queue, raw.get("concurrency")),
+            key_concurrency=_queue_concurrency(
+                queue, raw.get("key_concurrency"), "key_concurrency"
+            ),
             rate_limit=_queue_rate(queue, raw.get("rate_limit")),
         )
 
@@ -325,7 +333,9 @@ class TransportOptions:
         return {
             queue: options
             for queue, options in self.queue_options.items()
-            if options.concurrency is not None or options.rate_limit is not None
+            if options.concurrency is not None
+            or options.rate_limit is not None
+            or options.key_concurrency is not None
         }
 
     def for_queue(self, queue: str) -> QueueOptions:

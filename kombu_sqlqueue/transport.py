@@ -568,12 +568,16 @@ class Transport(virtual.Transport):
             self.store.limit(queue, declared.concurrency)
         if declared.rate_limit is not None:
             self.store.rate_limit(queue, declared.rate_limit)
+        if declared.key_concurrency is not None:
+            self.store.key_limit(queue, declared.key_concurrency)
         self._limits_declared.add(queue)  # written (a failure is tried again next consume)
         logger.info(
-            "queue %r: limits declared by queue_options written (concurrency %s, rate %s)",
+            "queue %r: limits declared by queue_options written (concurrency %s, rate %s, "
+            "per key %s)",
             queue,
             declared.concurrency,
             declared.rate_limit,
+            declared.key_concurrency,
         )
 
     def _open_format_stores(self, url: str) -> dict[str, DeliveryStore]:

@@ -132,6 +132,15 @@ class LaravelAdmin:
             "WithoutOverlapping or RateLimited job middleware"
         )
 
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """Refused, as :meth:`limit` is: Laravel's workers would not honour a per-key limit
+        (Laravel's own is ``WithoutOverlapping``, a cache lock per job key)."""
+        raise LaravelBridgeError(
+            "Laravel's queue workers have no per-key limit to honour: it is kept with "
+            "contract v1's tables (--layout askr); Laravel's WithoutOverlapping middleware "
+            "locks a key in the cache"
+        )
+
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """Refused, as :meth:`limit` is: Laravel's workers have no fleet-wide rate to honour."""
         raise LaravelBridgeError(

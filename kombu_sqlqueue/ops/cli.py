@@ -251,6 +251,8 @@ def _controls(row: QueueStats) -> str:
         said.append(f"concurrency {row.concurrency}")
     if row.rate is not None:
         said.append(f"rate {row.rate}")
+    if row.key_concurrency is not None:
+        said.append(f"{row.key_concurrency} per key")
     if row.waiting_on_limit and (row.concurrency is not None or row.rate is not None):
         said.append(f"{row.waiting_on_limit} waiting on a limit")
     return ", ".join(said) or "-"
@@ -340,6 +342,7 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
         "resume_at": row.resume_at,
         "concurrency": row.concurrency,
         "rate": None if row.rate is None else str(row.rate),
+        "key_concurrency": row.key_concurrency,
         "waiting_on_limit": row.waiting_on_limit,
     }
 
@@ -705,10 +708,17 @@ def pause(url: str, queue: str, for_seconds: float | None, **kw: Any) -> None:
     show_default=True,
     help="With --rate: how many may be handed out at once after a quiet spell.",
 )
+@click.option(
+    "--per-key",
+    metavar="N|off",
+    default=None,
+    help="At most N jobs of one concurrency_key (a message header) of QUEUE held at once "
+    "('off': none).",
+)
 @click.option("--clear", is_flag=True, help="Remove every limit of QUEUE.")
 def limit(
-    url: str, queue: str, concurrency: str | None, rate: str | None, burst: int, clear: bool,
-    **kw: Any,
+    url: str, queue: str, concurrency: str | None, rate: str | None, burst: int,
+    per_key: str | None, clear: bool, **kw: Any,
 ) -> None:  # fmt: skip
     """Limit QUEUE for every worker: at most --concurrency N of its jobs held at once,
     at most --rate N/PERIOD handed out.
@@ -716,18 +726,23 @@ def limit(
     Jobs past a limit wait, not failed and not charged an attempt, and are claimed as
     held ones settle (or as the rate allows). A change takes effect at every worker's
     next claim; a limit not named is left as it is."""
-    if clear == (concurrency is not None or rate is not None):
-        raise click.UsageError("give --concurrency N, --rate N/PERIOD (or 'off'), or --clear")
+    if clear == (concurrency is not None or rate is not None or per_key is not None):
+        raise click.UsageError(
+            "give --concurrency N, --rate N/PERIOD, --per-key N (or 'off'), or --clear"
+        )
     if (rate is None or rate.strip().lower() == "off") and burst != 1:
         raise click.UsageError("--burst goes with --rate N/PERIOD")
     new_concurrency = None if clear else _limit_value(concurrency, int, "--concurrency")
     new_rate = None if clear else _limit_value(rate, lambda v: parse_rate(v, burst), "--rate")
+    new_per_key = None if clear else _limit_value(per_key, int, "--per-key")
     admin = _admin(kw, url)
     try:
         if clear or new_concurrency is not _UNCHANGED:
             admin.limit(queue, cast(int | None, new_concurrency))
         if clear or new_rate is not _UNCHANGED:
             admin.rate_limit(queue, cast(Rate | None, new_rate))
+        if clear or new_per_key is not _UNCHANGED:
+            admin.key_limit(queue, cast(int | None, new_per_key))
     finally:
         admin.close()
     said = []
@@ -735,10 +750,14 @@ def limit(
         said.append(f"at most {new_concurrency} job(s) held at once")
     if isinstance(new_rate, Rate):
         said.append(f"at most {new_rate} handed out")
+    if isinstance(new_per_key, int):
+        said.append(f"at most {new_per_key} job(s) of one concurrency key held at once")
     if new_concurrency is None:
         said.append("no concurrency limit")
     if new_rate is None:
         said.append("no rate limit")
+    if new_per_key is None:
+        said.append("no per-key limit")
     click.echo(_safe(f"queue {queue!r}: " + ", ".join(said)))
 
 

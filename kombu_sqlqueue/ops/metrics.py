@@ -14,6 +14,7 @@ by ``queue``:
 * ``askr_queue_waiting_on_limit`` — ready jobs its limits (concurrency, rate) hold back;
 * ``askr_queue_concurrency_limit`` — the limit, for a queue that has one;
 * ``askr_queue_rate_limit_per_second`` — its rate limit, for a queue that has one;
+* ``askr_queue_key_concurrency_limit`` — its per-key limit, for a queue that has one;
 
 and ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
 logged) and ``askr_scrape_duration_seconds``.
@@ -101,6 +102,15 @@ class QueueCollector(Collector):
                 if row.rate is not None:
                     rates.add_metric([row.queue], row.rate.count / row.rate.period)
             yield rates
+            per_key = GaugeMetricFamily(
+                "askr_queue_key_concurrency_limit",
+                "Jobs of one concurrency key of the queue that may be held at once.",
+                labels=["queue"],
+            )
+            for row in stats:
+                if row.key_concurrency is not None:
+                    per_key.add_metric([row.queue], float(row.key_concurrency))
+            yield per_key
         duration = GaugeMetricFamily(
             "askr_scrape_duration_seconds", "Seconds this scrape spent reading the tables."
         )

@@ -51,6 +51,8 @@ class QueueStats:
     concurrency: int | None = None
     #: At most so many jobs handed out per period across every worker; None: no limit.
     rate: Rate | None = None
+    #: At most this many jobs of one concurrency key held at once; None: no such limit.
+    key_concurrency: int | None = None
     #: Ready jobs a limit (concurrency, rate) holds back now (waiting, not failed).
     waiting_on_limit: int = 0
 
@@ -176,6 +178,11 @@ class QueueAdmin(Protocol):
         layout's workers honour one (else a named error)."""
         ...
 
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """At most ``per_key`` jobs of one concurrency key of ``queue`` held at once (None:
+        no such limit), where the layout's workers honour one (else a named error)."""
+        ...
+
     def close(self) -> None:
         """Release the connections."""
         ...
@@ -201,6 +208,8 @@ class _Host(QueryRunner, Protocol):
     def limit(self, queue: str, concurrency: int | None) -> None: ...
 
     def rate_limit(self, queue: str, rate: Rate | None) -> None: ...
+
+    def key_limit(self, queue: str, per_key: int | None) -> None: ...
 
     def controls(self) -> list[QueueControl]: ...
 
@@ -244,6 +253,7 @@ def with_control(row: QueueStats, control: QueueControl, now: int, now_us: int) 
         resume_at=control.resume_at if paused else None,
         concurrency=control.concurrency,
         rate=control.rate,
+        key_concurrency=control.key_concurrency,
         waiting_on_limit=waiting,
     )
 
@@ -325,6 +335,10 @@ class ContractAdmin:
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """At most ``rate`` jobs of ``queue`` handed out (``JobStore.rate_limit``)."""
         self._store.rate_limit(queue, rate)
+
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """At most ``per_key`` jobs of one key held at once (``JobStore.key_limit``)."""
+        self._store.key_limit(queue, per_key)
 
     def pause(self, queue: str, for_seconds: float | None = None) -> int | None:
         """Pause ``queue`` fleet-wide (``JobStore.pause``); when it ends, None: resumed."""

@@ -238,6 +238,11 @@ class JobContract(DeliveryStore, Protocol):
         (None: no limit); the rest wait, uncharged."""
         ...
 
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """At most ``per_key`` jobs of one ``concurrency_key`` of ``queue`` held at once
+        across every worker (None: no such limit); the rest wait, uncharged."""
+        ...
+
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """At most ``rate`` jobs of ``queue`` handed out across every worker, spaced
         evenly (None: no rate limit); the rest wait, uncharged."""

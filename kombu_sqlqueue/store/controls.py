@@ -42,6 +42,8 @@ class QueueControl:
     #: The rate limit's state: when (unix microseconds) the next claim conforms at the
     #: steady rate (:func:`rate_room`); 0 before the first claim.
     rate_tat_us: int = 0
+    #: At most this many jobs of one ``concurrency_key`` held at once; None: no such limit.
+    key_concurrency: int | None = None
 
     def paused_at(self, now: int) -> bool:
         """Whether the queue is paused at ``now`` (a pause for a time ends by itself)."""
@@ -49,7 +51,9 @@ class QueueControl:
 
     def in_force(self, now: int) -> bool:
         """Whether any control still applies at ``now`` (else the row may be dropped)."""
-        return self.paused_at(now) or self.concurrency is not None or self.rate is not None
+        return self.paused_at(now) or any(
+            limit is not None for limit in (self.concurrency, self.rate, self.key_concurrency)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,8 @@ class Allowance:
 
     #: How many rows it may take.
     rows: int
-    #: A concurrency limit counted it: settling what it takes frees slots.
+    #: A concurrency limit (the queue's, or per key) counted it: settling what it takes
+    #: frees slots.
     limited: bool = False
     #: A rate limit held it back: seconds until the next claim conforms (None: it did not).
     retry_in: float | None = None
@@ -98,7 +103,8 @@ def claim_allowance(
         return Allowance(n)
     if control.paused_at(now):
         return Allowance(0)
-    rows, limited, retry_in = n, control.concurrency is not None, None
+    limited = control.concurrency is not None or control.key_concurrency is not None
+    rows, retry_in = n, None
     if control.concurrency is not None:
         rows = max(0, min(rows, control.concurrency - held))
     if control.rate is not None and rows > 0:
@@ -197,6 +203,27 @@ def check_rate(rate: Rate) -> Rate:
 
 #: The largest concurrency limit (an INTEGER column everywhere).
 MAX_CONCURRENCY = 2**31 - 1
+
+
+#: The longest concurrency key (a VARCHAR(255) column: characters on every engine).
+MAX_KEY_LENGTH = 255
+
+
+def check_concurrency_key(key: object) -> str | None:
+    """A job's ``concurrency_key``: None, or a non-empty string of at most 255 characters
+    (a whole number is taken as its digits)."""
+    if key is None:
+        return None
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        shown = key if not isinstance(key, str) else f"{key[:40]!r}… ({len(key)} characters)"
+        raise InvalidControl(
+            f"a concurrency_key is a string of 1 to {MAX_KEY_LENGTH} characters, got {shown}"
+        )
+    if "\x00" in key:
+        raise InvalidControl("a concurrency_key cannot hold a NUL character")
+    return key
 
 
 def check_concurrency(queue: str, concurrency: int) -> int:

@@ -23,6 +23,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
@@ -34,6 +35,7 @@ from .controls import (
     QueueControl,
     Rate,
     check_concurrency,
+    check_concurrency_key,
     check_pause,
     check_rate,
     claim_allowance,
@@ -100,6 +102,7 @@ class _Row:
     expires_at: int | None
     reserved_by: str | None = None
     reserved_instance: str | None = None
+    concurrency_key: str | None = None
 
     def ready(self, now: int) -> bool:
         return self.available_at <= now and (
@@ -304,6 +307,7 @@ class MemoryJobStore:
             None,
             job.uuid,
             expires_at,
+            concurrency_key=check_concurrency_key(job.concurrency_key),
         )
 
     def enqueue(self, job: NewJob) -> int:
@@ -371,9 +375,13 @@ class MemoryJobStore:
         jobs: list[ClaimedJob] = []
         dead = expired = 0
         # Rounds as JobStore's: a round that met expired rows and came up short claims again.
+        key_limit = None if control is None else control.key_concurrency
         for _round in range(MAX_CLAIM_ROUNDS):
             ready = (r for r in s.rows_of(params.queue) if r.ready(now))
-            taken = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
+            if key_limit is None:
+                taken = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
+            else:
+                taken = self._keyed_pick(params, key_limit, sorted(ready, key=_Row.order))
             screened = screen([row.claim(params) for row in taken], now, token, max_attempts)
             jobs += screened.jobs
             by_id = {row.id: row for row in taken}
@@ -390,6 +398,25 @@ class MemoryJobStore:
         # Held back only when the rate cut the claim and the queue had more to give.
         held_back = allowance.retry_in if len(jobs) + dead + expired >= params.n else None
         return ClaimResult(jobs, dead, expired, held_back)
+
+    def _keyed_pick(self, params: ClaimParams, key_limit: int, ready: list[_Row]) -> list[_Row]:
+        """The first ``params.n`` of ``ready`` (in claim order) whose concurrency_key has
+        room under ``key_limit``, counting the queue's held jobs (job_claim_keyed)."""
+        held = Counter(
+            r.concurrency_key
+            for r in self._space.rows_of(params.queue)
+            if r.concurrency_key is not None and (r.reserved_until or 0) > params.now
+        )
+        taken: list[_Row] = []
+        for row in ready:
+            if len(taken) >= params.n:
+                break
+            if row.concurrency_key is not None:
+                if held[row.concurrency_key] >= key_limit:
+                    continue
+                held[row.concurrency_key] += 1
+            taken.append(row)
+        return taken
 
     def _spend_rate(self, params: ClaimParams, control: QueueControl | None, taken: int) -> None:
         """Spend ``taken`` claims of the queue's rate limit, as JobStore._spend_rate_in."""
@@ -496,6 +523,16 @@ class MemoryJobStore:
             control = self._space.controls.get(queue, QueueControl(queue))
             self._settle_control(dataclasses.replace(control, concurrency=concurrency))
 
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """Limit ``queue``'s held jobs per concurrency_key, as :meth:`JobStore.key_limit
+        <.store.JobStore.key_limit>` does."""
+        if per_key is not None:
+            check_concurrency(queue, per_key)
+        validate_queue_name(queue)
+        with self._space.lock:
+            control = self._space.controls.get(queue, QueueControl(queue))
+            self._settle_control(dataclasses.replace(control, key_concurrency=per_key))
+
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """Limit ``queue``'s claims per period, as :meth:`JobStore.rate_limit
         <.store.JobStore.rate_limit>` does."""
@@ -521,14 +558,16 @@ class MemoryJobStore:
         """A held job of ``queue`` settled: when the queue has a concurrency limit, its idle
         consumers are woken (a slot is free), as the SQL store's _slots_freed_in does."""
         control = self._space.controls.get(queue)
-        if control is not None and control.concurrency is not None:
+        if control is not None and (
+            control.concurrency is not None or control.key_concurrency is not None
+        ):
             self._space.wake(queue)
 
     def _settle_control(self, control: QueueControl) -> None:
         """Store ``control`` (dropped when nothing is in force: control_drop_idle); wake
         the queue's idle consumers when it may hand out more than before."""
         s = self._space
-        if control.paused or control.concurrency is not None or control.rate is not None:
+        if control.in_force(0):
             s.controls[control.queue] = control
         else:
             s.controls.pop(control.queue, None)

@@ -41,6 +41,9 @@ class NewJob:
     uuid: str | None = None
     expires_in: float | None = None
     attempts: int = 0
+    #: Jobs of one key are held at most the queue's per-key limit at once (flow control;
+    #: None: the job has no key and only the queue's own limits apply).
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,14 @@ CONTRACT_JOB_COLUMNS = (
     "created_at",
 )
 #: Columns this package adds; added in place to a contract-v1 table lacking them.
-ADDITIVE_JOB_COLUMNS = ("reserved_token", "uuid", "expires_at", "reserved_by", "reserved_instance")
+ADDITIVE_JOB_COLUMNS = (
+    "reserved_token",
+    "uuid",
+    "expires_at",
+    "reserved_by",
+    "reserved_instance",
+    "concurrency_key",
+)
 #: The statement adding each column of ours to a table created without it: the additive
 #: job columns, and columns our own tables gained after their first release. Literal
 #: DDL, portable to every engine (nullable, no default).
@@ -70,6 +77,9 @@ ADD_COLUMN: dict[tuple[str, str], sa.TextClause] = {
     (JOBS_TABLE, "reserved_instance"): sa.text(
         "ALTER TABLE askr_jobs ADD COLUMN reserved_instance VARCHAR(255) NULL"
     ),
+    (JOBS_TABLE, "concurrency_key"): sa.text(
+        "ALTER TABLE askr_jobs ADD COLUMN concurrency_key VARCHAR(255) NULL"
+    ),
     (QUEUES_TABLE, "message_ttl_ms"): sa.text(
         "ALTER TABLE askr_queues ADD COLUMN message_ttl_ms BIGINT NULL"
     ),
@@ -83,6 +93,7 @@ ADD_COLUMN: dict[tuple[str, str], sa.TextClause] = {
             ("rate_period_ms", "BIGINT"),
             ("rate_burst", "INTEGER"),
             ("rate_tat_us", "BIGINT"),
+            ("key_concurrency", "INTEGER"),
         )
     },
 }
@@ -124,6 +135,7 @@ CONTRACT_TABLES = (
             "rate_period_ms",
             "rate_burst",
             "rate_tat_us",
+            "key_concurrency",
         ),
         _CREATE_HINT,
     ),
@@ -155,6 +167,9 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("expires_at", sa.BigInteger, nullable=True),
         sa.Column("reserved_by", sa.String(255), nullable=True),
         sa.Column("reserved_instance", sa.String(255), nullable=True),
+        # Flow control's per-key limit: at most the queue's key_concurrency jobs of one key
+        # held at once. No index: a keyed claim counts held rows, which the claim index finds.
+        sa.Column("concurrency_key", sa.String(255), nullable=True),
         # Contract v1 says AUTOINCREMENT: ids are never reused after a delete.
         sqlite_autoincrement=True,
         # Queue names and tokens are matched exactly: a binary collation on MySQL,
@@ -231,6 +246,8 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("rate_period_ms", sa.BigInteger, nullable=True),
         sa.Column("rate_burst", sa.Integer, nullable=True),
         sa.Column("rate_tat_us", sa.BigInteger, nullable=True),
+        # At most this many jobs of one concurrency_key held at once; NULL: no per-key limit.
+        sa.Column("key_concurrency", sa.Integer, nullable=True),
         sa.Column("updated_at", sa.BigInteger, nullable=False, server_default=now_default),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",

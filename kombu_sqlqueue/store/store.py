@@ -31,6 +31,7 @@ from .controls import (
     QueueControl,
     Rate,
     check_concurrency,
+    check_concurrency_key,
     check_pause,
     check_rate,
     claim_allowance,
@@ -186,6 +187,7 @@ class JobStore(TableStore):
             "created_at": int(now),
             "uuid": job.uuid,
             "expires_at": expires_at,
+            "concurrency_key": check_concurrency_key(job.concurrency_key),
         }
 
     def enqueue(self, job: NewJob) -> int:
@@ -324,12 +326,16 @@ class JobStore(TableStore):
         # A round that met expired rows and came up short claims again: the queue may hold
         # live ones behind them. Each round is an ordinary claim (SKIP LOCKED where the
         # engine has it), so passing expired rows never blocks or deadlocks other claimers.
-        for round_ in range(MAX_CLAIM_ROUNDS):
+        # Under a per-key limit each round takes one row, so the next one counts it.
+        key_limit = None if control is None else control.key_concurrency
+        rounds = MAX_CLAIM_ROUNDS + (params.n if key_limit is not None else 0)
+        for round_ in range(rounds):
             if round_ == 0 and first is not None:
                 screened = first
             else:
-                binds = params.more(params.n - len(jobs)).binds()
-                rows = self.q.claim_rows(tx, binds, controlled)
+                binds = params.more(1 if key_limit else params.n - len(jobs)).binds()
+                binds["per_key"] = key_limit
+                rows = self.q.claim_rows(tx, binds, controlled, keyed=key_limit is not None)
                 screened = screen(rows, now, token, max_attempts)
             jobs += screened.jobs
             for row, limit in screened.exhausted:
@@ -341,7 +347,13 @@ class JobStore(TableStore):
                 ids = [row.id for row in screened.past_ttl]
                 tx.execute_bound(self.q.job_ack_many, {"token": token, "ids": ids})
                 expired += len(ids)
-            if not screened.past_ttl or len(jobs) >= params.n:
+            if len(jobs) >= params.n:
+                break
+            if key_limit is not None:
+                if not (screened.jobs or screened.exhausted or screened.past_ttl):
+                    break  # nothing left this claim may take
+                continue
+            if not screened.past_ttl:
                 break
         if allowance is None:
             return ClaimResult(jobs, dead, expired)
@@ -756,6 +768,26 @@ class JobStore(TableStore):
         self._run(lambda tx: tx.execute(self.q.control_limit, params), single=True)
         self._controlled = self._controlled | {queue}
 
+    def key_limit(self, queue: str, per_key: int | None) -> None:
+        """At most ``per_key`` jobs of one ``concurrency_key`` of ``queue`` held at once,
+        across every worker (None: no such limit). Jobs of a key at its limit wait,
+        uncharged, and the queue's other jobs are claimed past them; a change takes effect
+        at every store's next claim."""
+        params: dict[str, Any] = {"queue": queue, "now": self._now()}
+        if per_key is None:
+            validate_queue_name(queue)
+
+            def work(tx: Tx) -> None:
+                tx.execute(self.q.control_key_unlimit, params)
+                tx.execute(self.q.control_drop_idle, params)
+                self.q.announce_ready(tx, queue)
+
+            self._run(work)
+            return
+        params["key_concurrency"] = check_concurrency(queue, per_key)
+        self._run(lambda tx: tx.execute(self.q.control_key_limit, params), single=True)
+        self._controlled = self._controlled | {queue}
+
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """At most ``rate`` jobs of ``queue`` handed out, across every worker, spaced
         evenly (None: no rate limit). Jobs past it wait, uncharged; a change takes effect
@@ -903,7 +935,9 @@ def read_control(row: Sequence[Any] | None) -> QueueControl | None:
     rate_count, rate_period_ms, rate_burst, rate_tat_us)."""
     if row is None:
         return None
-    queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst, tat = row
+    queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst, tat, per_key = (
+        row
+    )
     rate = None
     if rate_count is not None and rate_period_ms is not None:
         try:
@@ -919,6 +953,7 @@ def read_control(row: Sequence[Any] | None) -> QueueControl | None:
         None if concurrency is None else int(concurrency),
         rate,
         int(tat or 0),
+        None if per_key is None else int(per_key),
     )
 
 

@@ -592,7 +592,9 @@ def test_a_controls_table_from_before_rate_limits_gains_their_columns(
     engine = sa.create_engine(first.url)
     first.close()
     with engine.begin() as conn:
-        for column in ("rate_count", "rate_period_ms", "rate_burst", "rate_tat_us"):
+        for column in (
+            "rate_count", "rate_period_ms", "rate_burst", "rate_tat_us", "key_concurrency",
+        ):  # fmt: skip
             conn.exec_driver_sql(f"ALTER TABLE askr_queue_controls DROP COLUMN {column}")
     engine.dispose()
     store = JobStore(db_url)
@@ -652,3 +654,130 @@ def test_a_stored_rate_that_is_not_one_is_ignored_not_fatal(
     with caplog.at_level("WARNING"):
         assert len(store.claim("q", 5, 60).jobs) == 2
     assert "ignoring its stored rate limit" in caplog.text
+
+
+# -- per-key concurrency -----------------------------------------------------------------
+
+
+def keyed(key: str | None, payload: bytes = b"p") -> NewJob:
+    return NewJob(queue="q", payload=payload, concurrency_key=key)
+
+
+def test_a_per_key_limit_holds_back_a_busy_key_and_claims_past_it(store: JobContract) -> None:
+    """One at a time per key: a claim takes the first job of each key and the keyless
+    ones, skipping the rest of a busy key (waiting, uncharged); settling frees the key."""
+    ids = store.enqueue_many(
+        [keyed("a", b"a1"), keyed("a", b"a2"), keyed("b", b"b1"), keyed(None, b"n1"),
+         keyed("a", b"a3"), keyed("b", b"b2")]
+    )  # fmt: skip
+    store.key_limit("q", 1)
+    first = store.claim("q", 10, 60).jobs
+    assert sorted(j.payload for j in first) == [b"a1", b"b1", b"n1"]
+    assert store.claim("q", 10, 60).jobs == []
+    (a1,) = [j for j in first if j.payload == b"a1"]
+    assert store.ack(a1.receipt)
+    assert [j.payload for j in store.claim("q", 10, 60).jobs] == [b"a2"]
+    waiting = [store.get_job(job_id) for job_id in (ids[4], ids[5])]
+    assert [row["attempts"] for row in waiting if row] == [0, 0]  # never charged
+    (control,) = store.controls()
+    assert control.key_concurrency == 1 and control.concurrency is None
+    store.key_limit("q", None)
+    assert sorted(j.payload for j in store.claim("q", 10, 60).jobs) == [b"a3", b"b2"]
+    assert store.controls() == []
+
+
+def test_a_per_key_limit_counts_every_store_s_holds(store: JobContract, other: JobContract) -> None:
+    store.enqueue_many([keyed("k", b"%d" % i) for i in range(6)])
+    store.key_limit("q", 2)
+    assert len(store.claim("q", 1, 60).jobs) == 1
+    assert len(other.claim("q", 5, 60).jobs) == 1
+    assert store.claim("q", 5, 60).jobs == [] and other.claim("q", 5, 60).jobs == []
+
+
+def test_a_per_key_and_a_queue_limit_hold_together(store: JobContract) -> None:
+    store.enqueue_many([keyed(k, b"%s%d" % (k.encode(), i)) for i in range(3) for k in "abc"])
+    store.key_limit("q", 2)
+    store.limit("q", 4)
+    assert len(store.claim("q", 10, 60).jobs) == 4
+    store.limit("q", None)
+    assert len(store.claim("q", 10, 60).jobs) == 2  # 2 per key of 3 keys: 6 in all
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "a\x00b", 3.5, b"bytes", ["k"]])
+def test_a_concurrency_key_that_is_not_one_is_refused_and_nothing_stored(
+    store: JobContract, key: object
+) -> None:
+    with pytest.raises(InvalidControl, match="concurrency_key"):
+        store.enqueue(NewJob(queue="q", payload=b"p", concurrency_key=key))  # type: ignore[arg-type]
+    assert store.size("q") == 0
+
+
+def test_a_key_of_the_column_s_length_in_any_script_is_kept_whole(store: JobContract) -> None:
+    key = "ключ-" + "é" * 240 + "🔑" * 10
+    assert len(key) == 255
+    store.enqueue(keyed(key))
+    store.key_limit("q", 1)
+    (claimed,) = store.claim("q", 1, 60).jobs
+    assert store.get_job(claimed.id)["concurrency_key"] == key  # type: ignore[index]
+
+
+def keyed_claimer(url: str, batch: int, work: float) -> list[tuple[str, float, float]]:
+    """Drain ``q``: for each job, its key, the moment its claim returned and the moment
+    before its ack."""
+    s = open_store(url)
+    ledger: list[tuple[str, float, float]] = []
+    try:
+        empty = 0
+        while empty < 20:
+            result = s.claim("q", batch, 60)
+            began = time.time()
+            if not result.jobs:
+                empty += 1
+                time.sleep(0.01)
+                continue
+            empty = 0
+            time.sleep(work)
+            ended = time.time()
+            ledger += [(j.payload.decode().split(":")[0], began, ended) for j in result.jobs]
+            s.ack_many([j.receipt for j in result.jobs])
+        return ledger
+    finally:
+        s.close()
+
+
+def test_racing_claimers_in_separate_processes_never_hold_more_of_a_key_than_its_limit(
+    db_url: str, engine_name: str
+) -> None:
+    """Six claimers (processes; threads on the memory store) drain 160 jobs of four keys
+    under a per-key limit of 2, claiming up to 3 at a time: no key ever has more than 2
+    open holds in the ledger, while the keys run side by side."""
+    import multiprocessing
+
+    seed = open_store(db_url)
+    seed.enqueue_many(
+        [keyed(k, b"%s:%d" % (k.encode(), i)) for i in range(40) for k in ("a", "b", "c", "d")]
+    )
+    seed.key_limit("q", 2)
+    args = (db_url, 3, 0.005)
+    try:
+        if engine_name == "memory":
+            results: list[list[tuple[str, float, float]]] = []
+            threads = [
+                threading.Thread(target=lambda: results.append(keyed_claimer(*args)))
+                for _ in range(6)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        else:
+            with multiprocessing.get_context("spawn").Pool(6) as pool:
+                pending = [pool.apply_async(keyed_claimer, args) for _ in range(6)]
+                results = [p.get(timeout=120) for p in pending]
+        ledger = [hold for result in results for hold in result]
+        assert len(ledger) == 160 and seed.size("q") == 0
+        for key in "abcd":
+            assert most_at_once([(b, e) for k, b, e in ledger if k == key]) <= 2, key
+        assert most_at_once([(b, e) for _k, b, e in ledger]) > 2  # keys side by side
+    finally:
+        seed.close()

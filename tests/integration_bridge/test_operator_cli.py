@@ -81,6 +81,7 @@ def test_an_operator_sees_and_steers_a_queue(
         "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
         "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
         "holders": {}, "paused": False, "resume_at": None, "concurrency": None, "rate": None,
+        "key_concurrency": None,
         "waiting_on_limit": 0,
     }  # fmt: skip
     text = ok(cli("stats", url, *lay))
@@ -528,8 +529,20 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
         assert "rate 1/h, 1 waiting on a limit" in ok(cli("stats", url))
         said = ok(cli("limit", url, "emails", "--rate", "120/m", "--burst", "5"))
         assert said.strip() == "queue 'emails': at most 120/m (burst 5) handed out"
+        said = ok(cli("limit", url, "emails", "--per-key", "1", "--rate", "off"))
+        assert said.strip() == (
+            "queue 'emails': at most 1 job(s) of one concurrency key held at once, no rate limit"
+        )
+        rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
+        assert (rows["emails"]["key_concurrency"], rows["emails"]["rate"]) == (1, None)
+        assert "1 per key" in ok(cli("stats", url))
+        for bad in (["--per-key", "0"], ["--per-key", "many"]):
+            refused = cli("limit", url, "emails", *bad)
+            assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         said = ok(cli("limit", url, "emails", "--clear"))
-        assert said.strip() == "queue 'emails': no concurrency limit, no rate limit"
+        assert said.strip() == (
+            "queue 'emails': no concurrency limit, no rate limit, no per-key limit"
+        )
         assert len(store.claim("emails", 3, 60).jobs) == 1
         assert {c.queue for c in store.controls()} == {"later"}
     finally:

@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 #: so every engine evaluates it once per statement (one primary-key probe).
 UNCONTROLLED = "AND NOT EXISTS (SELECT 1 FROM askr_queue_controls WHERE queue = :queue)"
 
+#: What a claim under a per-key limit adds: no job of a key whose held jobs are at the
+#: limit. The held rows are found by the claim index (queue, reserved_until); a round of such
+#: a claim takes one row, so the next round counts it (the store claims in rounds).
+KEYED = """
+        AND (concurrency_key IS NULL OR concurrency_key NOT IN (
+             SELECT held.concurrency_key FROM askr_jobs held
+              WHERE held.queue = :queue AND held.reserved_until > :now
+                AND held.concurrency_key IS NOT NULL
+              GROUP BY held.concurrency_key HAVING count(*) >= :per_key))"""
+
 # Contract v1's claim; {uncontrolled}: UNCONTROLLED or nothing (see Queries.job_claim).
 _CLAIM = """
         UPDATE askr_jobs
@@ -104,6 +114,7 @@ ENQUEUE_COLUMNS = (
     "created_at",
     "uuid",
     "expires_at",
+    "concurrency_key",
 )
 
 #: Columns ``dead_letter_insert`` writes.
@@ -193,6 +204,7 @@ class Queries(LayoutPrimitives):
     # learns of the row and claims with job_claim_controlled, after reading the row).
     job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
     job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
+    job_claim_keyed = sa.text(_CLAIM.format(uncontrolled=KEYED))
     job_ack = sa.text("DELETE FROM askr_jobs WHERE id = :id AND reserved_token = :token")
     job_ack_many = sa.text(
         "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids"
@@ -245,7 +257,7 @@ class Queries(LayoutPrimitives):
         """
         SELECT id, queue, payload, priority, available_at, reserved_until, attempts,
                max_attempts, created_at, reserved_token, uuid, expires_at, reserved_by,
-               reserved_instance
+               reserved_instance, concurrency_key
           FROM askr_jobs WHERE id = :id
         """
     )
@@ -379,7 +391,7 @@ class Queries(LayoutPrimitives):
     control_all = sa.text(
         """
         SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
-               rate_tat_us
+               rate_tat_us, key_concurrency
           FROM askr_queue_controls ORDER BY queue
         """
     )
@@ -389,7 +401,7 @@ class Queries(LayoutPrimitives):
     control_get = sa.text(
         """
         SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
-               rate_tat_us
+               rate_tat_us, key_concurrency
           FROM askr_queue_controls
          WHERE queue = :queue
         """
@@ -404,6 +416,20 @@ class Queries(LayoutPrimitives):
         VALUES (:queue, 0, :concurrency, :now)
         ON CONFLICT (queue) DO UPDATE
            SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
+        """
+    )
+    control_key_limit = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, key_concurrency, updated_at)
+        VALUES (:queue, 0, :key_concurrency, :now)
+        ON CONFLICT (queue) DO UPDATE
+           SET key_concurrency = excluded.key_concurrency, updated_at = excluded.updated_at
+        """
+    )
+    control_key_unlimit = sa.text(
+        """
+        UPDATE askr_queue_controls SET key_concurrency = NULL, updated_at = :now
+         WHERE queue = :queue AND key_concurrency IS NOT NULL
         """
     )
     control_unlimit = sa.text(
@@ -467,6 +493,7 @@ class Queries(LayoutPrimitives):
         """
         DELETE FROM askr_queue_controls
          WHERE queue = :queue AND paused = 0 AND concurrency IS NULL AND rate_count IS NULL
+           AND key_concurrency IS NULL
         """
     )
 
@@ -706,17 +733,20 @@ class Queries(LayoutPrimitives):
         the engine's wake-ups need telling (PostgreSQL's NOTIFY; SQLite's listener sees
         every commit); a resumed queue."""
 
-    def claim_statement(self, controlled: bool) -> sa.TextClause:
-        """The claim of a queue without controls, or of one whose row was read first."""
+    def claim_statement(self, controlled: bool, keyed: bool = False) -> sa.TextClause:
+        """The claim of a queue without controls, of one whose row was read first, or of
+        one under a per-key limit (``params["per_key"]``)."""
+        if keyed:
+            return self.job_claim_keyed
         return self.job_claim_controlled if controlled else self.job_claim
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
     ) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
         lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
-        claimed = tx.execute(self.claim_statement(controlled), params)
+        claimed = tx.execute(self.claim_statement(controlled, keyed), params)
         return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in claimed]
 
 

@@ -31,7 +31,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import UNCONTROLLED, Queries, ServerEngine
+from .base import KEYED, UNCONTROLLED, Queries, ServerEngine
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -100,6 +100,13 @@ class MySQLQueries(Queries):
         ON DUPLICATE KEY UPDATE paused = 1, resume_at = :resume_at, updated_at = :now
         """
     )
+    control_key_limit = sa.text(
+        """
+        INSERT INTO askr_queue_controls (queue, paused, key_concurrency, updated_at)
+        VALUES (:queue, 0, :key_concurrency, :now)
+        ON DUPLICATE KEY UPDATE key_concurrency = :key_concurrency, updated_at = :now
+        """
+    )
     control_limit = sa.text(
         """
         INSERT INTO askr_queue_controls (queue, paused, concurrency, updated_at)
@@ -124,7 +131,7 @@ class MySQLQueries(Queries):
     control_get = sa.text(
         """
         SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
-               rate_tat_us
+               rate_tat_us, key_concurrency
           FROM askr_queue_controls
          WHERE queue = :queue FOR UPDATE
         """
@@ -149,6 +156,7 @@ class MySQLQueries(Queries):
     # statement reserves and reads, this one reads and locks and job_claim_mark reserves.
     job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
     job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
+    job_claim_keyed = sa.text(_CLAIM.format(uncontrolled=KEYED))
     job_claim_mark = sa.text(
         """
         UPDATE askr_jobs
@@ -173,13 +181,13 @@ class MySQLQueries(Queries):
         return held
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
     ) -> list[ClaimedRow]:
         # Each half is in claim order; together they are not, and only n are taken.
         candidates = sorted(
             (
                 ClaimedRow.read(r, r[9])
-                for r in tx.execute(self.claim_statement(controlled), params)
+                for r in tx.execute(self.claim_statement(controlled, keyed), params)
             ),
             key=ClaimedRow.order,
         )

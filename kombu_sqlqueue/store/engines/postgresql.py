@@ -51,7 +51,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import UNCONTROLLED, Listener, Queries, RowsInsert, ServerEngine, check_choice
+from .base import KEYED, UNCONTROLLED, Listener, Queries, RowsInsert, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -129,15 +129,18 @@ class PostgreSQLQueries(Queries):
         WITH ins AS (
             INSERT INTO askr_jobs
                    (queue, payload, priority, available_at, attempts, max_attempts, created_at,
-                    uuid, expires_at)
+                    uuid, expires_at, concurrency_key)
             VALUES (:queue, :payload, :priority, :available_at, :attempts, :max_attempts,
-                    :created_at, :uuid, :expires_at)
+                    :created_at, :uuid, :expires_at, :concurrency_key)
             RETURNING id)
         SELECT id, pg_notify(CAST(:channel AS TEXT), CAST(:queue AS TEXT)) FROM ins
         """
     )
     job_claim = sa.text(
         f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled=UNCONTROLLED)} {_CLAIM_RESERVE}"
+    )
+    job_claim_keyed = sa.text(
+        f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled=KEYED)} {_CLAIM_RESERVE}"
     )
     job_claim_controlled = sa.text(
         f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled='')} {_CLAIM_RESERVE}"
@@ -148,9 +151,9 @@ class PostgreSQLQueries(Queries):
     claim_in_one_statement: ClassVar[bool] = True
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
     ) -> list[ClaimedRow]:
-        claimed = tx.execute(self.claim_statement(controlled), params)
+        claimed = tx.execute(self.claim_statement(controlled, keyed), params)
         return [ClaimedRow.read(r, r[9]) for r in claimed]
 
     # A consumer's held acks (of one claim token) and its next claim as one statement: one
@@ -228,7 +231,7 @@ class PostgreSQLQueries(Queries):
     control_get = sa.text(
         """
         SELECT queue, paused, resume_at, concurrency, rate_count, rate_period_ms, rate_burst,
-               rate_tat_us
+               rate_tat_us, key_concurrency
           FROM askr_queue_controls
          WHERE queue = :queue FOR UPDATE
         """
