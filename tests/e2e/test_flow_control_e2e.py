@@ -156,3 +156,46 @@ def test_limits_set_from_the_cli_hold_for_every_worker(
     assert len(ran) == 50 and max(ran.values()) == 1
     for worker in workers:
         assert "Traceback" not in worker.output, worker.output[-3000:]
+
+
+def test_a_per_key_limit_holds_across_workers_and_keys_run_side_by_side(
+    spawn: Callable[..., Proc],
+    broker_url: str,
+    db_url: str,
+    out_file: Path,
+    app: Celery,
+) -> None:
+    """Tasks sent with ``headers={"concurrency_key": customer}`` on a queue limited to one
+    per key, three workers (six children): no customer ever has two tasks running at
+    once, customers run side by side, every task once."""
+    for n in range(8):
+        for customer in ("acme", "globex", "initech"):
+            app.send_task(
+                "e2e.record_late", args=[f"{customer}:{n}"], kwargs={"sleep": TASK_SECONDS},
+                headers={"concurrency_key": customer},
+            )  # fmt: skip
+    said = operator("limit", broker_url, "e2e", "--per-key", "1")
+    assert "at most 1 job(s) of one concurrency key held at once" in said
+    workers = [
+        spawn(
+            f"worker{n}",
+            celery_worker_args(f"key{n}"),
+            E2E_BROKER_URL=broker_url,
+            E2E_DB_URL=db_url,
+            E2E_OUT=str(out_file),
+            E2E_VISIBILITY=str(E2E_VISIBILITY),
+        )
+        for n in range(3)
+    ]
+    for worker in workers:
+        worker.wait_text("ready.", timeout=30)
+    wait_until(lambda: len(task_events(out_file, "ran")) >= 24, 60, what="24 tasks ran")
+    started = {e["label"]: e["t"] for e in task_events(out_file, "started")}
+    ran = task_events(out_file, "ran")
+    for customer in ("acme", "globex", "initech"):
+        holds = [(started[e["label"]], e["t"]) for e in ran if e["label"].startswith(customer)]
+        assert most_at_once(holds) == 1, customer
+    assert most_at_once([(started[e["label"]], e["t"]) for e in ran]) >= 2
+    assert Counter(e["label"] for e in ran).most_common(1)[0][1] == 1
+    for worker in workers:
+        assert "Traceback" not in worker.output, worker.output[-3000:]
