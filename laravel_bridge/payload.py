@@ -346,6 +346,17 @@ def to_php(value: Any, *, max_depth: int = MAX_COMMAND_DEPTH) -> Any:
 
 # -- the command -------------------------------------------------------------------------
 
+#: Laravel's job middleware that locks a key while the job runs (Laravel 8+).
+WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
+
+
+def _php_string(value: str | int | float) -> str:
+    """``value`` as PHP's string concatenation writes it (ints as digits; a float PHP 8's
+    way for the common cases)."""
+    if isinstance(value, float):
+        return repr(value) if not value.is_integer() else str(int(value))
+    return str(value)
+
 
 @dataclass
 class JobCommand:
@@ -373,6 +384,27 @@ class JobCommand:
         if name not in PLUMBING or name == "job":
             raise KeyError(f"{name!r} is not a Queueable property")
         return to_python(self.obj.get(name))
+
+    @property
+    def overlap_key(self) -> str | None:
+        """The cache lock key of the job's ``WithoutOverlapping`` middleware, as its
+        ``getLockKey`` builds it (``<prefix><class>:<key>``; ``<prefix><key>`` when
+        ``shareKey``, Laravel 9+), when the job carries one in its serialized
+        ``middleware`` (``->through([...])``); None otherwise — a ``middleware()``
+        method's is code, not in the payload. Anything odd in it is None, never an error."""
+        middleware = self.obj.get("middleware")
+        items = middleware.values() if isinstance(middleware, dict) else middleware
+        if not isinstance(items, (list, type({}.values()))):
+            return None
+        for item in items:
+            if isinstance(item, PhpObject) and item.class_name.lstrip("\\") == WITHOUT_OVERLAPPING:
+                key, prefix = item.get("key"), item.get("prefix")
+                if isinstance(key, bool) or not isinstance(key, (str, int, float)):
+                    return None
+                prefix = prefix if isinstance(prefix, str) else ""
+                scope = "" if item.get("shareKey") is True else f"{self.class_name}:"
+                return f"{prefix}{scope}{_php_string(key)}"
+        return None
 
     @property
     def queue(self) -> str | None:

@@ -26,6 +26,7 @@ from kombu_sqlqueue.store import (
     StoreOptions,
     open_store,
 )
+from kombu_sqlqueue.store.controls import fit_concurrency_key
 from kombu_sqlqueue.store.database import Database
 from kombu_sqlqueue.store.enlist import (
     Enlistment,
@@ -37,7 +38,7 @@ from kombu_sqlqueue.store.enlist import (
 from kombu_sqlqueue.store.holders import recover_dead_holds
 from kombu_sqlqueue.store.memory import MemoryJobStore, is_memory_url
 
-from .exceptions import LaravelBridgeError
+from .exceptions import LaravelBridgeError, PayloadError
 from .laravel_tables import (
     BatchCounts,
     CacheLocks,
@@ -47,6 +48,7 @@ from .laravel_tables import (
     LaravelTableStore,
     QueuePauses,
 )
+from .payload import Payload
 from .sql import MAX_LARAVEL_ATTEMPTS
 
 __all__ = [
@@ -393,6 +395,22 @@ class LaravelLayout(_CounterMixin):
         self.store.close()
 
 
+def overlap_key_of(payload: str) -> str | None:
+    """The concurrency key of a Laravel job stored in contract v1's table: its
+    ``WithoutOverlapping`` lock key when its payload carries one (so ``limit --per-key 1``
+    holds one job per lock key at once, as the middleware means), fitted to the column;
+    None for a job without one, an encrypted command, or a payload this cannot read (the
+    key only limits; the job is stored either way)."""
+    try:
+        parsed = Payload.parse(payload)
+        if parsed.is_encrypted:
+            return None
+        key = parsed.command().overlap_key
+    except (PayloadError, ValueError):
+        return None
+    return None if key is None else fit_concurrency_key(key)
+
+
 class AskrLayout(_CounterMixin):
     """Contract v1's ``askr_jobs``/``askr_failed_jobs`` holding Laravel payloads.
 
@@ -424,6 +442,7 @@ class AskrLayout(_CounterMixin):
             delay=job.delay,
             max_attempts=MAX_LARAVEL_ATTEMPTS,
             uuid=job.uuid,
+            concurrency_key=overlap_key_of(job.payload),
         )
 
     def push(self, job: PushJob) -> int:

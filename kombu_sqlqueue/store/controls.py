@@ -15,6 +15,7 @@ decide by these functions, so they cannot drift apart. Pure: no SQL, no Kombu.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -221,9 +222,31 @@ def check_concurrency_key(key: object) -> str | None:
         raise InvalidControl(
             f"a concurrency_key is a string of 1 to {MAX_KEY_LENGTH} characters, got {shown}"
         )
-    if "\x00" in key:
-        raise InvalidControl("a concurrency_key cannot hold a NUL character")
+    if not _storable(key):
+        raise InvalidControl("a concurrency_key is text: no NUL, no lone surrogate")
     return key
+
+
+def _storable(key: str) -> bool:
+    """Text every engine stores as it is: no NUL, and encodable as UTF-8."""
+    if "\x00" in key:
+        return False
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def fit_concurrency_key(key: str) -> str:
+    """A key derived from something else (a format's lock key) made one the column holds:
+    kept when it is, else its first 200 characters and a digest of the whole (distinct keys
+    stay distinct; the same key always fits the same way)."""
+    if key and len(key) <= MAX_KEY_LENGTH and _storable(key):
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    head = key[:200].encode("utf-8", "replace").decode("utf-8").replace("\x00", "?")
+    return f"{head}#{digest}"[:MAX_KEY_LENGTH]
 
 
 def check_concurrency(queue: str, concurrency: int) -> int:

@@ -703,7 +703,7 @@ def test_a_per_key_and_a_queue_limit_hold_together(store: JobContract) -> None:
     assert len(store.claim("q", 10, 60).jobs) == 2  # 2 per key of 3 keys: 6 in all
 
 
-@pytest.mark.parametrize("key", ["", "x" * 256, "a\x00b", 3.5, b"bytes", ["k"]])
+@pytest.mark.parametrize("key", ["", "x" * 256, "a\x00b", "a\ud800b", 3.5, b"bytes", ["k"]])
 def test_a_concurrency_key_that_is_not_one_is_refused_and_nothing_stored(
     store: JobContract, key: object
 ) -> None:
