@@ -253,8 +253,11 @@ def _controls(row: QueueStats) -> str:
         said.append(f"rate {row.rate}")
     if row.key_concurrency is not None:
         said.append(f"{row.key_concurrency} per key")
-    if row.waiting_on_limit and (row.concurrency is not None or row.rate is not None):
+    limited = (row.concurrency, row.rate, row.key_concurrency)
+    if row.waiting_on_limit and any(limit is not None for limit in limited):
         said.append(f"{row.waiting_on_limit} waiting on a limit")
+    if row.keys_at_limit:
+        said.append(f"{row.keys_at_limit} key(s) at theirs")
     return ", ".join(said) or "-"
 
 
@@ -343,6 +346,7 @@ def _stats_json(row: QueueStats) -> dict[str, Any]:
         "concurrency": row.concurrency,
         "rate": None if row.rate is None else str(row.rate),
         "key_concurrency": row.key_concurrency,
+        "keys_at_limit": row.keys_at_limit,
         "waiting_on_limit": row.waiting_on_limit,
     }
 

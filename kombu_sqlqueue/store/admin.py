@@ -53,6 +53,8 @@ class QueueStats:
     rate: Rate | None = None
     #: At most this many jobs of one concurrency key held at once; None: no such limit.
     key_concurrency: int | None = None
+    #: Concurrency keys at that limit now, with ready jobs waiting on them.
+    keys_at_limit: int = 0
     #: Ready jobs a limit (concurrency, rate) holds back now (waiting, not failed).
     waiting_on_limit: int = 0
 
@@ -320,17 +322,33 @@ class ContractAdmin:
         found = {row.queue: row for row in merge_stats(now, jobs, dead)}
         for control in s.controls():
             if control.in_force(now):
-                found[control.queue] = with_control(
+                row = with_control(
                     found.get(control.queue, QueueStats(control.queue)),
                     control,
                     now,
                     int(s.clock() * 1_000_000),
                 )
+                if control.key_concurrency is not None:
+                    row = self._with_key_waits(row, control.key_concurrency, now)
+                found[control.queue] = row
         return [found[name] for name in sorted(found)]
 
     def limit(self, queue: str, concurrency: int | None) -> None:
         """At most ``concurrency`` jobs of ``queue`` held at once (``JobStore.limit``)."""
         self._store.limit(queue, concurrency)
+
+    def _with_key_waits(self, row: QueueStats, per_key: int, now: int) -> QueueStats:
+        """``row`` counting the ready jobs of keys at the per-key limit as waiting on a
+        limit (a job of a busy key waits behind it), and how many keys are at it."""
+        params = {"queue": row.queue, "now": now, "per_key": per_key}
+        waiting, keys = self._store._run(
+            lambda tx: tx.execute(self._store.q.control_key_waiting, params).fetchone(),
+            read_only=True,
+            single=True,
+        )
+        return replace(
+            row, waiting_on_limit=row.waiting_on_limit + int(waiting), keys_at_limit=int(keys)
+        )
 
     def rate_limit(self, queue: str, rate: Rate | None) -> None:
         """At most ``rate`` jobs of ``queue`` handed out (``JobStore.rate_limit``)."""

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
@@ -374,14 +374,16 @@ class MemoryJobStore:
             return ClaimResult([], retry_in=allowance.retry_in)
         jobs: list[ClaimedJob] = []
         dead = expired = 0
-        # Rounds as JobStore's: a round that met expired rows and came up short claims again.
+        # Rounds as JobStore's: a round that met expired rows and came up short claims again;
+        # under a per-key limit each round takes one row, so the next counts it.
         key_limit = None if control is None else control.key_concurrency
-        for _round in range(MAX_CLAIM_ROUNDS):
+        rounds = MAX_CLAIM_ROUNDS + (params.n if key_limit is not None else 0)
+        for _round in range(rounds):
             ready = (r for r in s.rows_of(params.queue) if r.ready(now))
             if key_limit is None:
                 taken = heapq.nsmallest(params.n - len(jobs), ready, key=_Row.order)
             else:
-                taken = self._keyed_pick(params, key_limit, sorted(ready, key=_Row.order))
+                taken = self._keyed_pick(params.queue, now, key_limit, ready)
             screened = screen([row.claim(params) for row in taken], now, token, max_attempts)
             jobs += screened.jobs
             by_id = {row.id: row for row in taken}
@@ -392,31 +394,33 @@ class MemoryJobStore:
                 # Past its TTL: discarded unconsumed, as AMQP does (not a failure).
                 s.delete(by_id[claimed.id])
             expired += len(screened.past_ttl)
-            if not screened.past_ttl or len(jobs) >= params.n:
+            if len(jobs) >= params.n:
+                break
+            if key_limit is not None:
+                if not taken:
+                    break  # nothing left this claim may take
+                continue
+            if not screened.past_ttl:
                 break
         self._spend_rate(params, control, len(jobs))
         # Held back only when the rate cut the claim and the queue had more to give.
         held_back = allowance.retry_in if len(jobs) + dead + expired >= params.n else None
         return ClaimResult(jobs, dead, expired, held_back)
 
-    def _keyed_pick(self, params: ClaimParams, key_limit: int, ready: list[_Row]) -> list[_Row]:
-        """The first ``params.n`` of ``ready`` (in claim order) whose concurrency_key has
-        room under ``key_limit``, counting the queue's held jobs (job_claim_keyed)."""
+    def _keyed_pick(
+        self, queue: str, now: int, key_limit: int, ready: Iterable[_Row]
+    ) -> list[_Row]:
+        """The first of ``ready`` in claim order whose concurrency_key has room under
+        ``key_limit``, counting the queue's held jobs (job_claim_keyed: one a round)."""
         held = Counter(
             r.concurrency_key
-            for r in self._space.rows_of(params.queue)
-            if r.concurrency_key is not None and (r.reserved_until or 0) > params.now
+            for r in self._space.rows_of(queue)
+            if r.concurrency_key is not None and (r.reserved_until or 0) > now
         )
-        taken: list[_Row] = []
-        for row in ready:
-            if len(taken) >= params.n:
-                break
-            if row.concurrency_key is not None:
-                if held[row.concurrency_key] >= key_limit:
-                    continue
-                held[row.concurrency_key] += 1
-            taken.append(row)
-        return taken
+        for row in sorted(ready, key=_Row.order):
+            if row.concurrency_key is None or held[row.concurrency_key] < key_limit:
+                return [row]
+        return []
 
     def _spend_rate(self, params: ClaimParams, control: QueueControl | None, taken: int) -> None:
         """Spend ``taken`` claims of the queue's rate limit, as JobStore._spend_rate_in."""

@@ -953,8 +953,19 @@ def read_control(row: Sequence[Any] | None) -> QueueControl | None:
         None if concurrency is None else int(concurrency),
         rate,
         int(tat or 0),
-        None if per_key is None else int(per_key),
+        _stored_key_limit(str(queue), per_key),
     )
+
+
+def _stored_key_limit(queue: str, value: Any) -> int | None:
+    """A stored per-key limit; one that is not a whole number from 1 (a row written by
+    hand) is ignored with a warning — a limit of 0 would otherwise claim without one."""
+    if value is None:
+        return None
+    if int(value) >= 1:
+        return int(value)
+    logger.warning("queue %r: ignoring its stored per-key limit %r", queue, value)
+    return None
 
 
 def ids_by_token(receipts: Sequence[Receipt]) -> dict[str, list[int]]:

@@ -781,3 +781,32 @@ def test_racing_claimers_in_separate_processes_never_hold_more_of_a_key_than_its
         assert most_at_once([(b, e) for _k, b, e in ledger]) > 2  # keys side by side
     finally:
         seed.close()
+
+
+def test_a_keyed_claim_says_a_lapsed_job_it_takes_was_redelivered(
+    store: JobContract, clock: Clock
+) -> None:
+    """A1 (key a) and B1 (key b) held briefly, A2 (key a) held long: once A1 and B1 lapse,
+    key a is still busy, so the claim takes B1 — and says B1 was redelivered."""
+    store.enqueue_many([keyed("a", b"A1"), keyed("b", b"B1"), keyed("a", b"A2")])
+    assert len(store.claim("q", 2, 1).jobs) == 2
+    assert [j.payload for j in store.claim("q", 1, 100).jobs] == [b"A2"]
+    store.key_limit("q", 1)
+    clock.advance(10)
+    assert [(j.payload, j.lapsed) for j in store.claim("q", 1, 60).jobs] == [(b"B1", True)]
+
+
+def test_a_keyed_claim_takes_no_more_than_asked_past_expired_and_exhausted_rows(
+    store: JobContract, clock: Clock
+) -> None:
+    """Rounds that meet an expired or an exhausted row go on, and still take no more than
+    the claim asked for (nor than the queue's limit)."""
+    store.enqueue(NewJob(queue="q", payload=b"E", concurrency_key="a", expires_in=1))
+    clock.advance(5)
+    store.enqueue(NewJob(queue="q", payload=b"X", concurrency_key="a", max_attempts=1, attempts=1))
+    store.enqueue_many([keyed("a", b"A"), keyed("b", b"B"), keyed("c", b"C")])
+    store.key_limit("q", 5)
+    store.limit("q", 2)
+    result = store.claim("q", 2, 60)
+    assert sorted(j.payload for j in result.jobs) == [b"A", b"B"]
+    assert (result.expired, result.dead_lettered) == (1, 1)

@@ -81,7 +81,7 @@ def test_an_operator_sees_and_steers_a_queue(
         "queue": "default", "total": 4, "ready": 3, "reserved": 0, "delayed": 1,
         "oldest_seconds": row["oldest_seconds"], "dead_letters": 1, "attempts": {"0": 4},
         "holders": {}, "paused": False, "resume_at": None, "concurrency": None, "rate": None,
-        "key_concurrency": None,
+        "key_concurrency": None, "keys_at_limit": 0,
         "waiting_on_limit": 0,
     }  # fmt: skip
     text = ok(cli("stats", url, *lay))
@@ -536,6 +536,17 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
         rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
         assert (rows["emails"]["key_concurrency"], rows["emails"]["rate"]) == (1, None)
         assert "1 per key" in ok(cli("stats", url))
+        store.enqueue_many([NewJob("sync", b"a", concurrency_key="acct-1") for _ in range(3)])
+        store.enqueue(NewJob("sync", b"b", concurrency_key="acct-2"))
+        ok(cli("limit", url, "sync", "--per-key", "1"))
+        # (a store learns of a control it did not set within a second: CONTROLS_RECHECK)
+        deadline = time.monotonic() + 5
+        while not (taken := store.claim("sync", 1, 60).jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(taken) == 1  # acct-1's first
+        rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
+        assert (rows["sync"]["waiting_on_limit"], rows["sync"]["keys_at_limit"]) == (2, 1)
+        assert "1 per key, 2 waiting on a limit, 1 key(s) at theirs" in ok(cli("stats", url))
         for bad in (["--per-key", "0"], ["--per-key", "many"]):
             refused = cli("limit", url, "emails", *bad)
             assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
@@ -544,6 +555,6 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
             "queue 'emails': no concurrency limit, no rate limit, no per-key limit"
         )
         assert len(store.claim("emails", 3, 60).jobs) == 1
-        assert {c.queue for c in store.controls()} == {"later"}
+        assert {c.queue for c in store.controls()} == {"later", "sync"}
     finally:
         store.close()

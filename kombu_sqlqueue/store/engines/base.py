@@ -418,6 +418,20 @@ class Queries(LayoutPrimitives):
            SET concurrency = excluded.concurrency, updated_at = excluded.updated_at
         """
     )
+    # Ready jobs of the keys at the queue's per-key limit, and how many such keys: what
+    # waits on it now (stats; the held rows are found by the claim index).
+    control_key_waiting = sa.text(
+        """
+        SELECT count(*), count(DISTINCT concurrency_key) FROM askr_jobs
+         WHERE queue = :queue AND available_at <= :now
+           AND (reserved_until IS NULL OR reserved_until <= :now)
+           AND concurrency_key IN (
+               SELECT held.concurrency_key FROM askr_jobs held
+                WHERE held.queue = :queue AND held.reserved_until > :now
+                  AND held.concurrency_key IS NOT NULL
+                GROUP BY held.concurrency_key HAVING count(*) >= :per_key)
+        """
+    )
     control_key_limit = sa.text(
         """
         INSERT INTO askr_queue_controls (queue, paused, key_concurrency, updated_at)
@@ -687,6 +701,14 @@ class Queries(LayoutPrimitives):
          ORDER BY priority DESC, available_at, id LIMIT :n
         """
     )
+    # The same for a claim under a per-key limit: the lapsed rows it may take.
+    job_claim_lapsed_ids_keyed = sa.text(
+        f"""
+        SELECT id FROM askr_jobs
+         WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now {KEYED}
+         ORDER BY priority DESC, available_at, id LIMIT :n
+        """
+    )
 
     # Whether any row of the queue is ready for a claim (job_claim's two halves, each an
     # index probe): what a claim that peeks first reads before it writes.
@@ -745,7 +767,8 @@ class Queries(LayoutPrimitives):
     ) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
-        lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
+        lapsed_ids = self.job_claim_lapsed_ids_keyed if keyed else self.job_claim_lapsed_ids
+        lapsed = {int(r[0]) for r in tx.execute(lapsed_ids, params).fetchall()}
         claimed = tx.execute(self.claim_statement(controlled, keyed), params)
         return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in claimed]
 
