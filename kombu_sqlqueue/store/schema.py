@@ -80,6 +80,9 @@ ADD_COLUMN: dict[tuple[str, str], sa.TextClause] = {
     (JOBS_TABLE, "concurrency_key"): sa.text(
         "ALTER TABLE askr_jobs ADD COLUMN concurrency_key VARCHAR(255) NULL"
     ),
+    (FAILED_TABLE, "concurrency_key"): sa.text(
+        "ALTER TABLE askr_failed_jobs ADD COLUMN concurrency_key VARCHAR(255) NULL"
+    ),
     (QUEUES_TABLE, "message_ttl_ms"): sa.text(
         "ALTER TABLE askr_queues ADD COLUMN message_ttl_ms BIGINT NULL"
     ),
@@ -115,7 +118,7 @@ CONTRACT_TABLES = (
     TableSpec(JOBS_TABLE, (*CONTRACT_JOB_COLUMNS, *ADDITIVE_JOB_COLUMNS), _CREATE_HINT),
     TableSpec(
         FAILED_TABLE,
-        ("id", "uuid", "queue", "payload", "exception", "attempts", "failed_at"),
+        ("id", "uuid", "queue", "payload", "exception", "attempts", "failed_at", "concurrency_key"),
         _CREATE_HINT,
     ),
     TableSpec(BINDINGS_TABLE, ("exchange", "routing_key", "queue", "exchange_type"), _CREATE_HINT),
@@ -195,6 +198,8 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("exception", sa.Text, nullable=True),
         sa.Column("attempts", sa.Integer, nullable=False),
         sa.Column("failed_at", sa.BigInteger, nullable=False, server_default=now_default),
+        # The job's per-key limit key, so a retried dead letter is limited as it was.
+        sa.Column("concurrency_key", sa.String(255), nullable=True),
         sqlite_autoincrement=True,
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",

@@ -90,7 +90,8 @@ def test_tables_and_claim_index_have_contract_names(store: JobContract, engine_n
     ]  # fmt: skip
     assert {"reserved_token", "uuid", "expires_at"} <= set(jobs)
     failed = [c["name"] for c in insp.get_columns("askr_failed_jobs")]
-    assert failed == ["id", "uuid", "queue", "payload", "exception", "attempts", "failed_at"]
+    assert failed[:7] == ["id", "uuid", "queue", "payload", "exception", "attempts", "failed_at"]
+    assert failed[7:] == ["concurrency_key"]  # ours, additive (nullable): a per-key limit's
     index = {i["name"]: i for i in insp.get_indexes("askr_jobs")}["askr_jobs_claim"]
     assert index["column_names"] == ["queue", "reserved_until", "priority", "available_at", "id"]
 

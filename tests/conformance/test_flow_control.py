@@ -810,3 +810,17 @@ def test_a_keyed_claim_takes_no_more_than_asked_past_expired_and_exhausted_rows(
     result = store.claim("q", 2, 60)
     assert sorted(j.payload for j in result.jobs) == [b"A", b"B"]
     assert (result.expired, result.dead_lettered) == (1, 1)
+
+
+def test_a_retried_dead_letter_keeps_its_key(store: JobContract, engine_name: str) -> None:
+    if engine_name == "memory":
+        pytest.skip("the in-memory store has no failed-jobs admin to retry with")
+    from kombu_sqlqueue.store.admin import ContractAdmin
+
+    store.enqueue(keyed("acct-9", b"x"))
+    (held,) = store.claim("q", 1, 60).jobs
+    assert store.dead_letter(held.receipt, "boom")
+    (dead,) = store.dead_letters()
+    assert ContractAdmin(store).retry_failed([dead.id]) == 1  # type: ignore[arg-type]
+    (again,) = store.claim("q", 1, 60).jobs
+    assert store.get_job(again.id)["concurrency_key"] == "acct-9"  # type: ignore[index]

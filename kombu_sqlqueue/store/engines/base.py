@@ -248,8 +248,9 @@ class Queries(LayoutPrimitives):
     # attempt that never ran, so the dead letter records deliveries made.
     job_dead_letter_copy = sa.text(
         """
-        INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)
-        SELECT uuid, queue, payload, :exception, attempts - :uncounted, :now
+        INSERT INTO askr_failed_jobs
+               (uuid, queue, payload, exception, attempts, failed_at, concurrency_key)
+        SELECT uuid, queue, payload, :exception, attempts - :uncounted, :now, concurrency_key
           FROM askr_jobs WHERE id = :id AND reserved_token = :token
         """
     )
@@ -623,8 +624,8 @@ class Queries(LayoutPrimitives):
     dead_letter_retry_copy = sa.text(
         """
         INSERT INTO askr_jobs (queue, payload, priority, available_at, attempts, max_attempts,
-                               created_at, uuid)
-        SELECT queue, payload, 0, :now, 0, :max_attempts, :now, uuid
+                               created_at, uuid, concurrency_key)
+        SELECT queue, payload, 0, :now, 0, :max_attempts, :now, uuid, concurrency_key
           FROM askr_failed_jobs WHERE id = :id
         """
     )

@@ -204,9 +204,10 @@ class PostgreSQLQueries(Queries):
     )
     job_dead_letter_copy = sa.text(
         """
-        INSERT INTO askr_failed_jobs (uuid, queue, payload, exception, attempts, failed_at)
+        INSERT INTO askr_failed_jobs
+               (uuid, queue, payload, exception, attempts, failed_at, concurrency_key)
         SELECT uuid, queue, payload, CAST(:exception AS TEXT),
-               attempts - CAST(:uncounted AS INTEGER), CAST(:now AS BIGINT)
+               attempts - CAST(:uncounted AS INTEGER), CAST(:now AS BIGINT), concurrency_key
           FROM askr_jobs WHERE id = :id AND reserved_token = :token
         """
     )
