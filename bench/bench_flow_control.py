@@ -6,6 +6,10 @@ Usage::
     # a limited queue, this tree (its workers are threads, a store each):
     python bench/bench_flow_control.py --limited [--limit 2 --consumers 6 --work-ms 50 --rest-ms 10]
 
+    # a queue under a per-key limit with a hot key's backlog ahead (this tree; for another
+    # commit, PYTHONPATH=<its worktree>):
+    python bench/bench_flow_control.py --keyed [--hot 20000 --keys 40 --per-key 1]
+
     # a rate-limited queue, this tree (Kombu consumers in threads, a connection each):
     python bench/bench_flow_control.py --rated [--rate 100/s --consumers 6 --rated-jobs 400]
 
@@ -309,6 +313,72 @@ def measure_rated(url: str, jobs: int, rate_spec: str, consumers: int) -> dict[s
     }
 
 
+def measure_keyed(url: str, hot: int, keys: int, per_key: int) -> dict[str, float]:
+    """A queue under a per-key limit whose first ``hot`` jobs are one key's (its backlog,
+    ahead of the rest in claim order), then ``keys`` other keys with 10 jobs each. One
+    store: ``claim(32)`` + ``ack_many`` while the other keys have jobs (the hot key held at
+    its limit all along: its first job is claimed first and never acked) — ms a claim —
+    then, every key at its limit, the claim that finds nothing."""
+    from kombu_sqlqueue.store import JobStore, NewJob
+
+    store = JobStore(url)
+    store.ensure_ready()
+    jobs = [NewJob(QUEUE, PAYLOAD, concurrency_key="hot") for _ in range(hot)]
+    jobs += [NewJob(QUEUE, PAYLOAD, concurrency_key=f"k{i % keys}") for i in range(keys * 10)]
+    for start in range(0, len(jobs), FILL_CHUNK):
+        store.enqueue_many(jobs[start : start + FILL_CHUNK])
+    store.key_limit(QUEUE, per_key)
+    hot_held = store.claim(QUEUE, per_key, 60).jobs  # the hot key at its limit
+    assert hot_held and all(store.get_job(j.id)["concurrency_key"] == "hot" for j in hot_held)  # type: ignore[index]
+    times: list[float] = []
+    taken = 0
+    while True:
+        started = time.perf_counter()
+        got = store.claim(QUEUE, 32, 60).jobs
+        times.append(time.perf_counter() - started)
+        if not got:
+            break
+        taken += len(got)
+        store.ack_many([j.receipt for j in got])
+    # Every other key drained: give each one more job than its limit and claim (and hold)
+    # what may be, so every key is at its limit with jobs waiting — then time empty claims.
+    for _ in range(per_key + 1):
+        store.enqueue_many([NewJob(QUEUE, PAYLOAD, concurrency_key=f"k{i}") for i in range(keys)])
+    while store.claim(QUEUE, 32, 60).jobs:
+        pass
+    empty: list[float] = []
+    for _ in range(5):
+        started = time.perf_counter()
+        assert store.claim(QUEUE, 32, 60).jobs == []
+        empty.append(time.perf_counter() - started)
+    store.close()
+    busy = times[:-1] or times
+    return {
+        "taken": float(taken),
+        "claim_ms": 1000 * statistics.median(busy),
+        "empty_ms": 1000 * statistics.median(empty),
+    }
+
+
+def run_keyed(args: argparse.Namespace) -> None:
+    import kombu_sqlqueue
+
+    rows: list[list[str]] = []
+    with databases(args.engines) as dbs:
+        for engine in args.engines:
+            r = measure_keyed(dbs.fresh(engine, "keyed"), args.hot, args.keys, args.per_key)
+            rows.append([
+                engine, f"{r['taken']:.0f}", f"{r['claim_ms']:.1f}", f"{r['empty_ms']:.1f}",
+            ])  # fmt: skip
+            print(f"{engine:<10} {rows[-1][1:]}", flush=True)
+    where = Path(kombu_sqlqueue.__file__).resolve().parent.parent
+    print(
+        f"\nhot key backlog {args.hot}, {args.keys} other keys x 10 jobs, per key "
+        f"{args.per_key} (kombu_sqlqueue from {where}, code {code_version(where)})\n"
+    )
+    print_table(["engine", "jobs taken", "claim(32) ms", "empty claim ms"], rows)
+
+
 def run_rated(args: argparse.Namespace) -> None:
     rows: list[list[str]] = []
     with databases(args.engines) as dbs:
@@ -526,6 +596,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "achieved, the gaps between deliveries (p50/p99), the most in any second",
     )
     p.add_argument("--rate", default="100/s", help="--rated: the rate limit")
+    p.add_argument(
+        "--keyed",
+        action="store_true",
+        help="measure a queue under a per-key limit with a hot key's backlog ahead",
+    )
+    p.add_argument("--hot", type=int, default=20000, help="--keyed: the hot key's backlog")
+    p.add_argument("--keys", type=int, default=40, help="--keyed: other keys (10 jobs each)")
+    p.add_argument("--per-key", type=int, default=1, help="--keyed: the per-key limit")
     p.add_argument("--rated-jobs", type=int, default=400, help="--rated: messages drained")
     args = p.parse_args(argv)
     unknown = [e for e in args.engines if e not in ENGINES]
@@ -544,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         run_limited(args)
     elif args.rated:
         run_rated(args)
+    elif args.keyed:
+        run_keyed(args)
     elif args.ab:
         run_ab(args)
     else:

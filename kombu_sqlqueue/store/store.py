@@ -326,16 +326,19 @@ class JobStore(TableStore):
         # A round that met expired rows and came up short claims again: the queue may hold
         # live ones behind them. Each round is an ordinary claim (SKIP LOCKED where the
         # engine has it), so passing expired rows never blocks or deadlocks other claimers.
-        # Under a per-key limit each round takes one row, so the next one counts it.
+        # Under a per-key limit a round takes what its window of candidates allows, and the
+        # next round (counting those) goes on while rounds take rows.
         key_limit = None if control is None else control.key_concurrency
         rounds = MAX_CLAIM_ROUNDS + (params.n if key_limit is not None else 0)
         for round_ in range(rounds):
             if round_ == 0 and first is not None:
                 screened = first
             else:
-                binds = params.more(1 if key_limit else params.n - len(jobs)).binds()
-                binds["per_key"] = key_limit
-                rows = self.q.claim_rows(tx, binds, controlled, keyed=key_limit is not None)
+                binds = params.more(params.n - len(jobs)).binds()
+                if key_limit is None:
+                    rows = self.q.claim_rows(tx, binds, controlled)
+                else:
+                    rows = self.q.claim_keyed_rows(tx, binds, key_limit)
                 screened = screen(rows, now, token, max_attempts)
             jobs += screened.jobs
             for row, limit in screened.exhausted:

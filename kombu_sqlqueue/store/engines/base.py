@@ -30,15 +30,34 @@ if TYPE_CHECKING:
 #: so every engine evaluates it once per statement (one primary-key probe).
 UNCONTROLLED = "AND NOT EXISTS (SELECT 1 FROM askr_queue_controls WHERE queue = :queue)"
 
-#: What a claim under a per-key limit adds: no job of a key whose held jobs are at the
-#: limit. The held rows are found by the claim index (queue, reserved_until); a round of such
-#: a claim takes one row, so the next round counts it (the store claims in rounds).
+#: What a keyed claim's candidates leave out: the jobs of keys whose held jobs are at the
+#: limit (the held rows are found by the claim index: queue, reserved_until). Which of the
+#: others a round takes, at most the limit per key counting those, is picked in Python
+#: (Queries.claim_keyed_rows).
 KEYED = """
         AND (concurrency_key IS NULL OR concurrency_key NOT IN (
              SELECT held.concurrency_key FROM askr_jobs held
               WHERE held.queue = :queue AND held.reserved_until > :now
                 AND held.concurrency_key IS NOT NULL
               GROUP BY held.concurrency_key HAVING count(*) >= :per_key))"""
+
+#: A keyed claim reads this many candidates per row it asks for: enough that a round
+#: usually fills the claim although several candidates share a key with one slot left.
+KEYED_WINDOW = 4
+
+# A keyed claim's candidates: the claim's two halves (fresh, lapsed), each in claim order
+# and bounded, with KEYED; ids and keys only (payloads are read for the rows taken).
+_KEYED_CANDIDATES = f"""
+        SELECT * FROM (
+            SELECT id, priority, available_at, concurrency_key, 0 AS lapsed FROM askr_jobs
+             WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now {KEYED}
+             ORDER BY priority DESC, available_at, id LIMIT :n) AS fresh
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, priority, available_at, concurrency_key, 1 AS lapsed FROM askr_jobs
+             WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now {KEYED}
+             ORDER BY priority DESC, available_at, id LIMIT :n) AS lapsed_rows
+        """
 
 # Contract v1's claim; {uncontrolled}: UNCONTROLLED or nothing (see Queries.job_claim).
 _CLAIM = """
@@ -204,7 +223,33 @@ class Queries(LayoutPrimitives):
     # learns of the row and claims with job_claim_controlled, after reading the row).
     job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
     job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
-    job_claim_keyed = sa.text(_CLAIM.format(uncontrolled=KEYED))
+    # A keyed claim (store._claim_in under a per-key limit, the queue's row locked): the
+    # held jobs by key, the candidates, then the ones picked reserved — if still claimable
+    # (an old holder's late ack or renewal may have got there first) — and read back.
+    job_held_by_key = sa.text(
+        """
+        SELECT concurrency_key, count(*) FROM askr_jobs
+         WHERE queue = :queue AND reserved_until > :now AND concurrency_key IS NOT NULL
+         GROUP BY concurrency_key
+        """
+    )
+    job_keyed_candidates = sa.text(_KEYED_CANDIDATES)
+    job_claim_picked = sa.text(
+        """
+        UPDATE askr_jobs
+           SET reserved_until = :until, attempts = attempts + 1, reserved_token = :token,
+               reserved_by = :holder, reserved_instance = :instance
+         WHERE id IN :ids AND available_at <= :now
+           AND (reserved_until IS NULL OR reserved_until <= :now)
+        """
+    ).bindparams(sa.bindparam("ids", expanding=True))
+    job_claimed_read = sa.text(
+        """
+        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+               expires_at
+          FROM askr_jobs WHERE id IN :ids AND reserved_token = :token
+        """
+    ).bindparams(sa.bindparam("ids", expanding=True))
     job_ack = sa.text("DELETE FROM askr_jobs WHERE id = :id AND reserved_token = :token")
     job_ack_many = sa.text(
         "DELETE FROM askr_jobs WHERE reserved_token = :token AND id IN :ids"
@@ -702,14 +747,6 @@ class Queries(LayoutPrimitives):
          ORDER BY priority DESC, available_at, id LIMIT :n
         """
     )
-    # The same for a claim under a per-key limit: the lapsed rows it may take.
-    job_claim_lapsed_ids_keyed = sa.text(
-        f"""
-        SELECT id FROM askr_jobs
-         WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now {KEYED}
-         ORDER BY priority DESC, available_at, id LIMIT :n
-        """
-    )
 
     # Whether any row of the queue is ready for a claim (job_claim's two halves, each an
     # index probe): what a claim that peeks first reads before it writes.
@@ -756,21 +793,47 @@ class Queries(LayoutPrimitives):
         the engine's wake-ups need telling (PostgreSQL's NOTIFY; SQLite's listener sees
         every commit); a resumed queue."""
 
-    def claim_statement(self, controlled: bool, keyed: bool = False) -> sa.TextClause:
-        """The claim of a queue without controls, of one whose row was read first, or of
-        one under a per-key limit (``params["per_key"]``)."""
-        if keyed:
-            return self.job_claim_keyed
+    def claim_keyed_rows(self, tx: Tx, params: dict[str, Any], per_key: int) -> list[ClaimedRow]:
+        """Reserve up to ``params["n"]`` ready rows under a per-key limit of ``per_key``
+        (no key with more held than that, counting these) and read them back. The queue's
+        claims are one at a time (its controls row is locked), so the candidates read are
+        the ones to choose from; a round takes what a window of candidates allows — one
+        statement set, not one per row — and the store claims again while rows come."""
+        held: dict[str, int] = {
+            str(key): int(count) for key, count in tx.execute(self.job_held_by_key, params)
+        }
+        window = {**params, "n": params["n"] * KEYED_WINDOW, "per_key": per_key}
+        candidates = sorted(
+            tx.execute(self.job_keyed_candidates, window).fetchall(),
+            key=lambda r: (-int(r[1]), int(r[2]), int(r[0])),
+        )
+        picked: dict[int, bool] = {}
+        for job_id, _priority, _available_at, key, lapsed in candidates:
+            if len(picked) >= params["n"]:
+                break
+            if key is not None:
+                if held.get(key, 0) >= per_key:
+                    continue
+                held[key] = held.get(key, 0) + 1
+            picked[int(job_id)] = bool(lapsed)
+        if not picked:
+            return []
+        ids = list(picked)
+        tx.execute_bound(self.job_claim_picked, {**params, "ids": ids})
+        read = tx.execute_bound(self.job_claimed_read, {"ids": ids, "token": params["token"]})
+        return [ClaimedRow.read(r, picked[int(r[0])]) for r in read]
+
+    def claim_statement(self, controlled: bool) -> sa.TextClause:
+        """The claim of a queue without controls, or of one whose row was read first."""
         return self.job_claim_controlled if controlled else self.job_claim
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
     ) -> list[ClaimedRow]:
         """Reserve up to ``params["n"]`` ready rows (:meth:`ClaimParams.binds
         <..claiming.ClaimParams.binds>`) and read them back, in no particular order."""
-        lapsed_ids = self.job_claim_lapsed_ids_keyed if keyed else self.job_claim_lapsed_ids
-        lapsed = {int(r[0]) for r in tx.execute(lapsed_ids, params).fetchall()}
-        claimed = tx.execute(self.claim_statement(controlled, keyed), params)
+        lapsed = {int(r[0]) for r in tx.execute(self.job_claim_lapsed_ids, params).fetchall()}
+        claimed = tx.execute(self.claim_statement(controlled), params)
         return [ClaimedRow.read(r, int(r[0]) in lapsed) for r in claimed]
 
 

@@ -31,7 +31,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import KEYED, UNCONTROLLED, Queries, ServerEngine
+from .base import UNCONTROLLED, Queries, ServerEngine
 
 if TYPE_CHECKING:
     from ..executor import Tx
@@ -156,7 +156,6 @@ class MySQLQueries(Queries):
     # statement reserves and reads, this one reads and locks and job_claim_mark reserves.
     job_claim = sa.text(_CLAIM.format(uncontrolled=UNCONTROLLED))
     job_claim_controlled = sa.text(_CLAIM.format(uncontrolled=""))
-    job_claim_keyed = sa.text(_CLAIM.format(uncontrolled=KEYED))
     job_claim_mark = sa.text(
         """
         UPDATE askr_jobs
@@ -181,13 +180,13 @@ class MySQLQueries(Queries):
         return held
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
     ) -> list[ClaimedRow]:
         # Each half is in claim order; together they are not, and only n are taken.
         candidates = sorted(
             (
                 ClaimedRow.read(r, r[9])
-                for r in tx.execute(self.claim_statement(controlled, keyed), params)
+                for r in tx.execute(self.claim_statement(controlled), params)
             ),
             key=ClaimedRow.order,
         )

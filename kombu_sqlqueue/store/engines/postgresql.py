@@ -51,7 +51,7 @@ from ...exceptions import (
 )
 from ..claiming import ClaimedRow
 from ..network import SilenceBound
-from .base import KEYED, UNCONTROLLED, Listener, Queries, RowsInsert, ServerEngine, check_choice
+from .base import UNCONTROLLED, Listener, Queries, RowsInsert, ServerEngine, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -139,9 +139,6 @@ class PostgreSQLQueries(Queries):
     job_claim = sa.text(
         f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled=UNCONTROLLED)} {_CLAIM_RESERVE}"
     )
-    job_claim_keyed = sa.text(
-        f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled=KEYED)} {_CLAIM_RESERVE}"
-    )
     job_claim_controlled = sa.text(
         f"WITH {_CLAIM_PICKED.format(not_acked='', uncontrolled='')} {_CLAIM_RESERVE}"
     )
@@ -151,9 +148,9 @@ class PostgreSQLQueries(Queries):
     claim_in_one_statement: ClassVar[bool] = True
 
     def claim_rows(
-        self, tx: Tx, params: dict[str, Any], controlled: bool = False, keyed: bool = False
+        self, tx: Tx, params: dict[str, Any], controlled: bool = False
     ) -> list[ClaimedRow]:
-        claimed = tx.execute(self.claim_statement(controlled, keyed), params)
+        claimed = tx.execute(self.claim_statement(controlled), params)
         return [ClaimedRow.read(r, r[9]) for r in claimed]
 
     # A consumer's held acks (of one claim token) and its next claim as one statement: one
