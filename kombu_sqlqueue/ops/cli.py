@@ -125,7 +125,23 @@ def _settings(kw: dict[str, Any]) -> LayoutSettings:
 
 def _admin(kw: dict[str, Any], url: str) -> QueueAdmin:
     layout = kw.pop("layout")
-    return open_admin(url, layout, _settings(kw))
+    settings = _settings(kw)
+    if layout == CONTRACT_LAYOUT:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("jobs_table", "failed_table", "retry_after", "connection",
+                         "cache_table", "cache_prefix")
+            if getattr(settings, name) is not None
+        ]  # fmt: skip
+        if given:
+            # Contract v1's tables have fixed names and no cache: such an option is a mistake
+            # (a forgotten --layout), not something to ignore.
+            others = " or ".join(f"--layout {other.name}" for other in installed_layouts())
+            raise click.UsageError(
+                f"{', '.join(given)} set another layout's tables; contract v1's ({layout}) "
+                f"have fixed names — did you mean {others or 'another --layout'}?"
+            )
+    return open_admin(url, layout, settings)
 
 
 def _when(unix: float) -> str:
@@ -741,6 +757,18 @@ def limit(
     new_per_key = None if clear else _limit_value(per_key, int, "--per-key")
     admin = _admin(kw, url)
     try:
+        setting = [
+            v for v in (new_concurrency, new_rate, new_per_key) if v not in (None, _UNCHANGED)
+        ]
+        # A limit on a queue nothing has used is most likely a typo: say which there are.
+        # (Its controls count as use; a pause may be set ahead, and code declares limits
+        # with queue_options when its workers start.)
+        if (
+            setting
+            and not admin.is_known(queue)
+            and queue not in {row.queue for row in admin.stats()}
+        ):
+            _check_queues(admin, [queue])
         if clear or new_concurrency is not _UNCHANGED:
             admin.limit(queue, cast(int | None, new_concurrency))
         if clear or new_rate is not _UNCHANGED:

@@ -123,6 +123,9 @@ class JobStore(TableStore):
         #: Claim token → queue, for this store's claims made under a concurrency limit:
         #: settling one of their deliveries frees a slot, and says so (_slots_freed_in).
         self._slot_tokens: OrderedDict[str, str] = OrderedDict()
+        #: Queues whose last claim here came back empty (an engine that peeks when idle
+        #: reads whether anything is ready before its next claim of them: _peeks_first).
+        self._idle_queues: set[str] = set()
         #: When :meth:`_see_controls` last read them (monotonic seconds).
         self._controls_read_at = -CONTROLS_RECHECK
 
@@ -255,7 +258,7 @@ class JobStore(TableStore):
         of handed out. Jobs come back in claim order (priority, then age).
         """
         params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
-        if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
+        if n <= 0 or (self._peeks_first(queue) and not self._any_ready(params)):
             return ClaimResult([])
         controlled = queue in self._controlled
         if self.q.claim_in_one_statement and not controlled:
@@ -277,9 +280,28 @@ class JobStore(TableStore):
             # The plain claim met a control this store did not know of: claim under it now.
             result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, controlled=True))
         result.log(logger, queue)
-        if result.jobs:
-            self.stop_waiting()
+        self._claimed(queue, result)
         return result
+
+    def _peeks_first(self, queue: str) -> bool:
+        """Whether a claim of ``queue`` reads first whether anything is ready (the
+        engine's ``claim_peeks_first``, or ``claim_peeks_when_idle`` after an empty claim
+        of an uncontrolled queue, whose empty claims are what an idle consumer repeats)."""
+        if self.q.claim_peeks_first:
+            return True
+        return (
+            self.q.claim_peeks_when_idle
+            and queue in self._idle_queues
+            and queue not in self._controlled
+        )
+
+    def _claimed(self, queue: str, result: ClaimResult) -> None:
+        """Note what a claim of ``queue`` found (an empty one makes the queue idle)."""
+        if result.jobs:
+            self._idle_queues.discard(queue)
+            self.stop_waiting()
+        elif self.q.claim_peeks_when_idle:
+            self._idle_queues.add(queue)
 
     def _any_ready(self, params: ClaimParams) -> bool:
         """Whether a claim of ``params`` would find a row (read only: no write lock)."""
@@ -559,7 +581,7 @@ class JobStore(TableStore):
         if not receipts:
             return set(), self.claim(queue, n, visibility, max_attempts)
         params = ClaimParams.of(queue, n, visibility, self.clock(), self.holder)
-        if n <= 0 or (self.q.claim_peeks_first and not self._any_ready(params)):
+        if n <= 0 or (self._peeks_first(queue) and not self._any_ready(params)):
             return self.ack_many(receipts), ClaimResult([])
         by_token = ids_by_token(receipts)
         controlled = queue in self._controlled
@@ -608,8 +630,7 @@ class JobStore(TableStore):
             # (the acks are committed).
             result = self._run(lambda tx: self._claim_in(tx, params, max_attempts, controlled=True))
         result.log(logger, queue)
-        if result.jobs:
-            self.stop_waiting()
+        self._claimed(queue, result)
         return acked, result
 
     def release(self, receipt: Receipt, delay: float = 0.0) -> bool:

@@ -889,3 +889,23 @@ def test_an_interrupt_before_a_wait_ends_the_next_one_at_once(db_url: str) -> No
         assert result == [False]
     finally:
         store.close()
+
+
+def test_a_claim_after_empty_ones_finds_what_became_ready_meanwhile(
+    store: JobContract, clock: Clock
+) -> None:
+    """An engine may read whether anything is ready before a claim of a queue that was
+    idle (MariaDB, SQLite): a job enqueued, a delayed one come due and a lapsed reservation
+    are each found by the next claim."""
+    assert store.claim("q", 5, 30).jobs == []
+    store.enqueue(job(payload=b"now"))
+    assert [j.payload for j in store.claim("q", 5, 30).jobs] == [b"now"]
+    assert store.claim("q", 5, 30).jobs == []
+    store.enqueue(job(payload=b"later", delay=10))
+    assert store.claim("q", 5, 30).jobs == []
+    clock.advance(10)
+    (later,) = store.claim("q", 5, 2).jobs
+    assert store.claim("q", 5, 30).jobs == []
+    clock.advance(5)  # its reservation lapsed
+    assert [(j.payload, j.lapsed) for j in store.claim("q", 5, 30).jobs] == [(b"later", True)]
+    assert later.payload == b"later"

@@ -8,6 +8,7 @@ running at once (a ledger of task starts and ends), never faster than the rate."
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -199,3 +200,60 @@ def test_a_per_key_limit_holds_across_workers_and_keys_run_side_by_side(
     assert Counter(e["label"] for e in ran).most_common(1)[0][1] == 1
     for worker in workers:
         assert "Traceback" not in worker.output, worker.output[-3000:]
+
+
+def test_a_limited_queue_s_holder_killed_with_9_frees_its_slots_and_loses_nothing(
+    spawn: Callable[..., Proc],
+    broker_url: str,
+    db_url: str,
+    out_file: Path,
+    app: Celery,
+) -> None:
+    """Two workers on a queue limited to two at once; the first is killed with SIGKILL (its
+    pool too) while it holds tasks: its reservations lapse after the visibility timeout,
+    the other worker takes those jobs, every task runs, and no moment — the killed runs
+    cut at the kill — has more than two running."""
+    labels = [f"k{n}" for n in range(40)]
+    for label in labels:
+        app.send_task("e2e.record_late", args=[label], kwargs={"sleep": 0.5})
+    operator("limit", broker_url, "e2e", "--concurrency", "2")
+
+    def start(n: int) -> Proc:
+        worker = spawn(
+            f"worker{n}",
+            celery_worker_args(f"kill{n}"),
+            E2E_BROKER_URL=broker_url,
+            E2E_DB_URL=db_url,
+            E2E_OUT=str(out_file),
+            E2E_VISIBILITY=str(E2E_VISIBILITY),
+        )
+        worker.wait_text("ready.", timeout=30)
+        return worker
+
+    # The first alone until it runs tasks (both slots its), then the second beside it.
+    workers = [start(0)]
+    wait_until(lambda: len(task_events(out_file, "ran")) >= 2, 30, what="the first worker's tasks")
+    workers.append(start(1))
+    held_by_first = (  # node kill0@<host>: names from 'kill0@' up to (not) 'kill0A'
+        "SELECT count(*) FROM askr_jobs WHERE reserved_by >= 'kill0@' AND reserved_by < 'kill0A'"
+    )
+    wait_until(
+        lambda: int(sql(db_url, held_by_first)[0][0]) > 0, 30, what="the first worker holding"
+    )
+    workers[0].kill_group(signal.SIGKILL)
+    killed_at = time.time()
+    wait_until(
+        lambda: {e["label"] for e in task_events(out_file, "ran")} >= set(labels),
+        90,
+        what="every task run after the kill",
+    )
+    # Each run: from its start to the end its pool child wrote, or to the kill for a run
+    # that never ended (its child killed). A job can run twice (its ack lost in the kill).
+    ended = {(e["label"], e["pid"]): e["t"] for e in task_events(out_file, "ran")}
+    runs = [
+        (e["t"], ended.get((e["label"], e["pid"]), killed_at))
+        for e in task_events(out_file, "started")
+    ]
+    assert most_at_once(runs) <= 2
+    assert any(e["redelivered"] for e in task_events(out_file, "started"))  # taken over
+    assert "Traceback" not in workers[1].output, workers[1].output[-3000:]

@@ -499,6 +499,9 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
             refused = cli("pause", url, "other", *bad)
             assert refused.returncode == 2, refused.stderr
             assert "error" in refused.stderr.lower() and "Traceback" not in refused.stderr
+        for stray in (["--cache-prefix", "laravel_cache"], ["--jobs-table", "jobs"]):
+            refused = cli("pause", url, "other", *stray)  # a forgotten --layout laravel
+            assert refused.returncode == 2 and "did you mean --layout laravel" in refused.stderr
         refused = cli("pause", url, "bad\nname")
         assert refused.returncode == 2 and "error: " in refused.stderr
         assert {c.queue for c in store.controls()} == {"emails", "later"}
@@ -547,6 +550,9 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
         rows = {r["queue"]: r for r in json.loads(ok(cli("stats", url, "--json")))}
         assert (rows["sync"]["waiting_on_limit"], rows["sync"]["keys_at_limit"]) == (2, 1)
         assert "1 per key, 2 waiting on a limit, 1 key(s) at theirs" in ok(cli("stats", url))
+        unknown = cli("limit", url, "sycn", "--per-key", "1")  # a typo: nothing has used it
+        assert unknown.returncode == 2 and "queues there: " in unknown.stderr, unknown.stderr
+        assert "sync" in unknown.stderr
         for bad in (["--per-key", "0"], ["--per-key", "many"]):
             refused = cli("limit", url, "emails", *bad)
             assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr

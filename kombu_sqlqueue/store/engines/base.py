@@ -764,6 +764,9 @@ class Queries(LayoutPrimitives):
     #: A claim first reads whether anything is ready (``job_ready_any``, a read that takes
     #: no lock) and writes only then: for an engine whose write lock is the whole database.
     claim_peeks_first: ClassVar[bool] = False
+    #: The same, only for a queue whose last claim (by this store) came back empty: an idle
+    #: consumer's poll is the cheap read, a draining one's claim is not preceded by it.
+    claim_peeks_when_idle: ClassVar[bool] = False
 
     #: ``claim_rows`` is one statement, so a claim can run as that statement alone
     #: (autocommit on a server engine: one round trip instead of BEGIN, claim, COMMIT).
