@@ -41,7 +41,7 @@ class QueueControl:
     #: At most so many jobs handed out per period by every worker; None: no limit.
     rate: Rate | None = None
     #: The rate limit's state: when (unix microseconds) the next claim conforms at the
-    #: steady rate (:func:`rate_room`); 0 before the first claim.
+    #: steady rate (``rate_room``); 0 before the first claim.
     rate_tat_us: int = 0
     #: At most this many jobs of one ``concurrency_key`` held at once; None: no such limit.
     key_concurrency: int | None = None
