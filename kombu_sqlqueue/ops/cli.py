@@ -829,6 +829,41 @@ def resume(url: str, queue: str, **kw: Any) -> None:
 
 @main.command()
 @click.argument("url")
+@click.option("--port", default=9810, show_default=True, help="Port to serve the pages on.")
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (another than loopback: give --token, or the page is read-only).",
+)
+@click.option(
+    "--token",
+    envvar="KOMBU_SQLQUEUE_DASHBOARD_TOKEN",
+    default=None,
+    help="What state-changing actions need (or $KOMBU_SQLQUEUE_DASHBOARD_TOKEN); without "
+    "it the page is read-only.",
+)
+@_layout_options
+def dashboard(url: str, port: int, bind: str, token: str | None, **kw: Any) -> None:
+    """Serve the web dashboard of URL's queues — contract v1's and every installed
+    layout's tables, side by side — until interrupted (pip install 'kombu-sqlqueue[dashboard]')."""
+    try:
+        import uvicorn
+
+        from ..dashboard import create_app
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs its extra: pip install 'kombu-sqlqueue[dashboard]' ({exc})"
+        ) from exc
+    kw.pop("layout")  # every layout is shown; its table settings apply to the other layouts
+    app = create_app(url, settings=_settings(kw), token=token)
+    where = f"http://{bind}:{port}/"
+    click.echo(f"serving the dashboard on {where}{' (read-only: no --token)' if not token else ''}")
+    uvicorn.run(app, host=bind, port=port, log_level="warning")
+
+
+@main.command()
+@click.argument("url")
 @_layout_options
 @click.option("--port", default=9808, show_default=True, help="Port of /metrics.")
 @click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")

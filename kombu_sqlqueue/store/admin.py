@@ -120,7 +120,9 @@ class QueueAdmin(Protocol):
         ...
 
     def held(self, queue: str, n: int) -> list[WaitingJob]:
-        """The live reservations of ``queue``, the soonest to lapse first, with holders."""
+        """The live reservations of ``queue``, the soonest to lapse first, with holders
+        (:class:`~kombu_sqlqueue.exceptions.ConfigurationError` from a layout whose table
+        records no holder)."""
         ...
 
     def holders(self) -> list[Holding]:

@@ -564,3 +564,31 @@ def test_an_operator_pauses_and_resumes_a_queue(db_url: str) -> None:
         assert {c.queue for c in store.controls()} == {"later", "sync"}
     finally:
         store.close()
+
+
+def test_the_dashboard_command_serves_the_pages(db_url: str, queue: LaravelQueue) -> None:
+    """``kombu-sqlqueue dashboard`` as an operator runs it: a server on 127.0.0.1 whose
+    page lists the queues, read-only without a token."""
+    queue.dispatch("App\\Jobs\\A", {"n": 1}, queue="reports")
+    port = free_port()
+    process = subprocess.Popen(
+        [*CLI, "dashboard", db_url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "KOMBU_SQLQUEUE_DASHBOARD_TOKEN"},
+    )
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    text = page.read().decode()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the dashboard did not start: {process.stderr.read()}")  # type: ignore[union-attr]
+                time.sleep(0.1)
+        assert 'data-queue="reports"' in text and "read-only" in text
+    finally:
+        stop(process)

@@ -1,0 +1,246 @@
+"""The dashboard: every queue of every table layout in one database, on one page.
+
+An ASGI app (Starlette): ``kombu-sqlqueue dashboard URL`` serves it with uvicorn, and a
+Django, FastAPI or Flask project mounts :func:`create_app`'s app under a path of its own
+(docs/dashboard.md). Everything it shows is read through the operator's verbs
+(:class:`~kombu_sqlqueue.store.admin.QueueAdmin`, the ones the CLI calls): no SQL of its own.
+Every stored value is rendered escaped (Jinja2's autoescape): a payload or a queue name is
+text, whatever it holds. A database that cannot be read is a banner on the page, not an
+error page, and the next refresh tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._version import __version__
+from ..exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch, SqlQueueError
+from ..ops.connect import open_admin
+from ..ops.summary import JobSummary, summarize
+from ..store.admin import QueueAdmin, QueueStats, WaitingJob
+from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+#: How often the overview refreshes itself (htmx polls its fragment).
+REFRESH_SECONDS = 2
+#: The most characters of a job's summary a page shows (the rest: the raw bytes' page).
+DETAIL_CHARS = 2000
+#: How many jobs a queue's page lists (next and held each).
+PAGE_JOBS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutView:
+    """What one table layout holds: its queues, or why it could not be read."""
+
+    layout: str
+    tables: tuple[str, str] = ("", "")
+    queues: list[QueueStats] = field(default_factory=list)
+    #: The tables are not there (the layout is not used in this database): not an error.
+    absent: bool = False
+    #: Why the tables could not be read now (the database down…); None: they were.
+    error: str | None = None
+
+
+class Admins:
+    """One :class:`QueueAdmin` per layout, opened on first use and again after a failure
+    (a database that was down is tried again at the next request)."""
+
+    def __init__(self, url: str, settings: LayoutSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self._open: dict[str, QueueAdmin] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def layouts() -> list[str]:
+        return [CONTRACT_LAYOUT, *(layout.name for layout in installed_layouts())]
+
+    @contextmanager
+    def admin(self, layout: str) -> Iterator[QueueAdmin]:
+        """The layout's admin; dropped (closed) when a use of it fails, so the next use
+        opens it afresh."""
+        with self._lock:
+            admin = self._open.get(layout)
+            if admin is None:
+                admin = open_admin(self.url, layout, self.settings)
+                self._open[layout] = admin
+        try:
+            yield admin
+        except Exception:
+            with self._lock:
+                if self._open.get(layout) is admin:
+                    del self._open[layout]
+            admin.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            for admin in self._open.values():
+                admin.close()
+            self._open.clear()
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    """The exceptions a read of a layout's tables may raise that are the database's or
+    the tables' (ours and the layouts'), shown as a banner."""
+    return (SqlQueueError, *(error for layout in loaded_layouts() for error in layout.errors))
+
+
+def read_layout(admins: Admins, layout: str) -> LayoutView:
+    """``layout``'s queues (stats, holders), or why not."""
+    try:
+        with admins.admin(layout) as admin:
+            return LayoutView(layout, admin.tables, admin.stats())
+    except SchemaMismatch:
+        return LayoutView(layout, absent=True)
+    except _errors() as exc:
+        logger.warning("dashboard: could not read the %s tables: %s", layout, exc)
+        return LayoutView(layout, error=str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as a queue's page lists it."""
+
+    job: WaitingJob
+    summary: JobSummary
+    detail: str
+    truncated: bool
+
+
+def job_view(job: WaitingJob, layout: str) -> JobView:
+    summary = summarize(job.payload, layout)
+    detail = summary.detail
+    return JobView(job, summary, detail[:DETAIL_CHARS], len(detail) > DETAIL_CHARS)
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = lambda unix: (
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix)) if unix else "-"
+    )
+    return env
+
+
+def create_app(
+    url: str,
+    *,
+    settings: LayoutSettings | None = None,
+    token: str | None = None,
+) -> Starlette:
+    """The dashboard of the database at ``url`` (a broker URL or an SQLAlchemy one), as an
+    ASGI app. ``settings``: another layout's table names (the CLI's ``--jobs-table`` …).
+    ``token``: what state-changing actions will need; without one the page is read-only
+    and says so."""
+    admins = Admins(url, settings or LayoutSettings())
+    env = _environment()
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        page = env.get_template(name).render(
+            request=request,
+            url_for=request.url_for,
+            version=__version__,
+            read_only=token is None,
+            refresh=REFRESH_SECONDS,
+            **context,
+        )
+        return HTMLResponse(page, status_code=status)
+
+    def overview_context() -> dict[str, Any]:
+        views = [read_layout(admins, layout) for layout in admins.layouts()]
+        return {"views": views, "now": int(time.time())}
+
+    def overview(request: Request) -> Response:
+        return render(request, "overview.html", **overview_context())
+
+    def overview_fragment(request: Request) -> Response:
+        return render(request, "_overview.html", **overview_context())
+
+    def queue_page(request: Request) -> Response:
+        layout = request.path_params["layout"]
+        queue = request.path_params["queue"]
+        if layout not in admins.layouts():
+            raise HTTPException(404, f"no table layout {layout!r}")
+        try:
+            with admins.admin(layout) as admin:
+                if not admin.is_known(queue):
+                    raise HTTPException(404, f"no queue {queue!r} in the {layout} tables")
+                stats = next((s for s in admin.stats() if s.queue == queue), None)
+                waiting = admin.peek(queue, PAGE_JOBS)
+                held = _held(admin, queue)
+        except InvalidQueueName as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except SchemaMismatch as exc:  # no such tables here: no such queue either
+            raise HTTPException(404, f"no {layout} tables in this database: {exc}") from exc
+        except _errors() as exc:
+            return render(
+                request, "queue.html", status=503, layout=layout, queue=queue, error=str(exc)
+            )
+        return render(
+            request,
+            "queue.html",
+            layout=layout,
+            queue=queue,
+            stats=stats,
+            waiting=[job_view(job, layout) for job in waiting],
+            held=None if held is None else [job_view(job, layout) for job in held],
+            now=int(time.time()),
+        )
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        detail = exc.detail if isinstance(exc, HTTPException) else "not found"
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        return render(request, "error.html", status=status, message=detail)
+
+    app = Starlette(
+        routes=[
+            Route("/", overview, name="overview"),
+            Route("/fragments/overview", overview_fragment, name="overview_fragment"),
+            Route("/queues/{layout}/{queue:path}", queue_page, name="queue"),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ],
+        exception_handlers={HTTPException: not_found},
+        lifespan=lambda _app: _closing(admins),
+    )
+    return app
+
+
+@asynccontextmanager
+async def _closing(admins: Admins) -> AsyncIterator[None]:
+    """The app's lifespan: its connections are closed when the server stops."""
+    try:
+        yield
+    finally:
+        admins.close()
+
+
+def _held(admin: QueueAdmin, queue: str) -> list[WaitingJob] | None:
+    """The queue's held jobs with their holders; None where the layout records no holder
+    (its ``held`` refuses with :class:`ConfigurationError`, as ``QueueAdmin.held`` says)."""
+    try:
+        return admin.held(queue, PAGE_JOBS)
+    except ConfigurationError:
+        return None

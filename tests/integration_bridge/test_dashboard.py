@@ -1,0 +1,140 @@
+"""The dashboard's pages (Starlette's TestClient over the real app) on every engine: both
+table layouts' queues side by side, a queue's next and held jobs, everything a producer
+wrote rendered as text, unknown names a 404 page, a database that is down a banner."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from kombu import Connection
+from starlette.testclient import TestClient
+
+from kombu_sqlqueue.dashboard import create_app
+from kombu_sqlqueue.store import JobStore, NewJob
+from laravel_bridge import LaravelQueue
+from laravel_bridge.tables import open_table
+
+HOSTILE = [
+    "<script>window.__pwned = 1</script>",
+    '"><img src=x onerror="window.__pwned=1">',
+    "{{ 7*7 }}",
+]
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(db_url)) as c:
+        yield c
+
+
+def celery_task(db_url: str, queue: str, *args: object) -> None:
+    """A Celery task message as Celery's producer stores it (through Kombu)."""
+    with Connection(f"sqlqueue+{db_url}") as conn:
+        conn.default_channel.basic_publish(
+            conn.default_channel.prepare_message(
+                json.dumps([list(args), {}, {}]),
+                headers={"task": "billing.charge", "id": f"id-{queue}-{len(args)}"},
+                content_type="application/json",
+            ),
+            exchange="",
+            routing_key=queue,
+        )
+
+
+def rendered_text_only(page: str) -> None:
+    """Nothing a producer wrote became markup: no script or img element, no handler."""
+    assert "<script>window" not in page and "<img" not in page
+    assert "onerror=" not in page.replace("onerror=&#34;", "").replace("onerror=&quot;", "")
+    assert "49" not in re.findall(r"<code>([^<]*)</code>", page)  # no template ran
+
+
+def test_both_layouts_queues_side_by_side(db_url: str, client: TestClient) -> None:
+    celery_task(db_url, "billing", 42, "EUR")
+    laravel = LaravelQueue(db_url, "laravel")
+    try:
+        laravel.dispatch("App\\Jobs\\SendInvoice", {"invoice": 7}, queue="mail")
+        laravel.dispatch("App\\Jobs\\SendInvoice", {"invoice": 8}, queue="mail", delay=600)
+    finally:
+        laravel.close()
+    page = client.get("/").text
+    assert 'data-layout="askr"' in page and 'data-layout="laravel"' in page
+    assert 'data-queue="billing"' in page and 'data-queue="mail"' in page
+    assert "read-only" in page  # no token
+    fragment = client.get("/fragments/overview")
+    assert fragment.status_code == 200 and 'id="overview"' in fragment.text
+    mail = client.get("/queues/laravel/mail").text
+    assert "App\\Jobs\\SendInvoice" in mail and "invoice" in mail
+    assert "These tables record no holder." in mail
+    billing = client.get("/queues/askr/billing").text
+    assert "billing.charge" in billing and "42" in billing
+
+
+def test_held_jobs_show_their_holder(db_url: str, client: TestClient) -> None:
+    store = JobStore(db_url)
+    try:
+        store.enqueue(NewJob("work", b"plain bytes"))
+        store.holder = "celery@host-1"
+        (held,) = store.claim("work", 1, 300).jobs
+    finally:
+        store.close()
+    page = client.get("/queues/askr/work").text
+    assert f'data-job="{held.id}"' in page and "celery@host-1" in page
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_what_a_producer_wrote_is_shown_as_text(db_url: str, client: TestClient, text: str) -> None:
+    celery_task(db_url, "evil", text)
+    store = JobStore(db_url)
+    try:
+        store.enqueue(NewJob("evil", text.encode() + b"\xff\xfe invalid utf-8"))
+    finally:
+        store.close()
+    celery_task(db_url, "evil", "y" * (3 * 1024 * 1024))  # a 3 MB argument: cut
+    table = open_table(db_url, "laravel")  # Laravel's queue column takes any text
+    try:
+        table.size("default")  # its tables exist from first use on
+        engine = sa.create_engine(table.store.url)  # type: ignore[attr-defined]
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (queue, payload, attempts, available_at, created_at)"
+                    " VALUES (:q, :p, 0, 0, 0)"
+                ),
+                {"q": text[:200], "p": json.dumps({"displayName": text, "data": {}})},
+            )
+        engine.dispose()
+    finally:
+        table.close()
+    overview = client.get("/").text
+    rendered_text_only(overview)
+    assert "&lt;script&gt;" in overview or "&#34;&gt;&lt;img" in overview or "{{ 7*7 }}" in overview
+    queue_page = client.get("/queues/askr/evil")
+    assert queue_page.status_code == 200
+    rendered_text_only(queue_page.text)
+    assert "yyy...yyy" in queue_page.text and len(queue_page.text) < 64 * 1024  # abbreviated
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/queues/askr/nosuchqueue", "/queues/nosuchlayout/default", "/queues/askr/bad%0Aname",
+     "/queues/askr/" + "q" * 300, "/no/such/page"],
+)  # fmt: skip
+def test_unknown_names_are_a_not_found_page(db_url: str, client: TestClient, path: str) -> None:
+    store = JobStore(db_url)
+    store.ensure_ready()  # the tables exist
+    store.close()
+    response = client.get(path)
+    assert response.status_code == 404
+    assert "Not found" in response.text and "Traceback" not in response.text
+
+
+def test_a_database_that_cannot_be_read_is_a_banner(tmp_path: Path) -> None:
+    with TestClient(create_app(f"sqlite:///{tmp_path / 'gone.db'}")) as client:
+        response = client.get("/")
+    assert response.status_code == 200
+    assert 'role="alert"' in response.text and "does not exist" in response.text
