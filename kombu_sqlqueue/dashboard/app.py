@@ -32,7 +32,7 @@ from .._version import __version__
 from ..exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch, SqlQueueError
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
-from ..store.admin import QueueAdmin, QueueStats, WaitingJob
+from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ REFRESH_SECONDS = 2
 DETAIL_CHARS = 2000
 #: How many jobs a queue's page lists (next and held each).
 PAGE_JOBS = 50
+#: The most characters of a stored payload or traceback a page shows (the whole: the raw
+#: bytes' download).
+RAW_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,34 @@ def job_view(job: WaitingJob, layout: str) -> JobView:
     return JobView(job, summary, detail[:DETAIL_CHARS], len(detail) > DETAIL_CHARS)
 
 
+@dataclass(frozen=True, slots=True)
+class FailedView:
+    """A dead letter as the failed jobs' page lists it."""
+
+    job: FailedJob
+    summary: JobSummary
+    detail: str
+    #: The exception's first line (its type and message; the traceback is on its page).
+    headline: str
+
+
+def failed_view(job: FailedJob, layout: str) -> FailedView:
+    summary = summarize(job.payload, layout)
+    headline = (job.exception or "").strip().splitlines()[:1]
+    return FailedView(job, summary, summary.detail[:DETAIL_CHARS], (headline or [""])[0][:300])
+
+
+def stored_bytes(payload: bytes | str) -> bytes:
+    """A payload as the table holds it (a layout that reads text hands back a str whose
+    undecodable bytes are escaped: they are put back)."""
+    if isinstance(payload, str):
+        try:
+            return payload.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate that was text, not an escaped byte
+            return payload.encode("utf-8", "surrogatepass")
+    return bytes(payload)
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -210,6 +241,71 @@ def create_app(
             now=int(time.time()),
         )
 
+    def layout_of(request: Request) -> str:
+        layout = str(request.path_params["layout"])
+        if layout not in admins.layouts():
+            raise HTTPException(404, f"no table layout {layout!r}")
+        return layout
+
+    def failed_page(request: Request) -> Response:
+        layout = layout_of(request)
+        queue = request.query_params.get("queue") or None
+        try:
+            with admins.admin(layout) as admin:
+                rows = admin.failed(queue, PAGE_JOBS)
+        except InvalidQueueName as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except SchemaMismatch as exc:
+            raise HTTPException(404, f"no {layout} tables in this database: {exc}") from exc
+        except _errors() as exc:
+            return render(request, "failed.html", status=503, layout=layout, error=str(exc))
+        return render(
+            request,
+            "failed.html",
+            layout=layout,
+            queue=queue,
+            rows=[failed_view(job, layout) for job in rows],
+        )
+
+    def failed_job(layout: str, ref: str) -> FailedJob:
+        try:
+            with admins.admin(layout) as admin:
+                found = admin.find_failed(ref)
+        except SchemaMismatch as exc:
+            raise HTTPException(404, f"no {layout} tables in this database: {exc}") from exc
+        if not found:
+            raise HTTPException(404, f"no failed job {ref!r} in the {layout} tables")
+        return found[0]
+
+    def failed_detail(request: Request) -> Response:
+        layout = layout_of(request)
+        job = failed_job(layout, str(request.path_params["ref"]))
+        raw = stored_bytes(job.payload)
+        return render(
+            request,
+            "failed_job.html",
+            layout=layout,
+            row=failed_view(job, layout),
+            exception=(job.exception or "")[:RAW_CHARS],
+            raw=raw[:RAW_CHARS].decode("utf-8", "replace"),
+            raw_bytes=len(raw),
+            raw_cut=len(raw) > RAW_CHARS,
+        )
+
+    def failed_raw(request: Request) -> Response:
+        """The stored bytes as they are, to download: never rendered as a page."""
+        layout = layout_of(request)
+        job = failed_job(layout, str(request.path_params["ref"]))
+        raw = stored_bytes(job.payload)
+        return Response(
+            raw,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Disposition": f'attachment; filename="failed-{job.id}.bin"',
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
     async def not_found(request: Request, exc: Exception) -> Response:
         detail = exc.detail if isinstance(exc, HTTPException) else "not found"
         status = exc.status_code if isinstance(exc, HTTPException) else 404
@@ -220,6 +316,9 @@ def create_app(
             Route("/", overview, name="overview"),
             Route("/fragments/overview", overview_fragment, name="overview_fragment"),
             Route("/queues/{layout}/{queue:path}", queue_page, name="queue"),
+            Route("/failed/{layout}", failed_page, name="failed"),
+            Route("/failed/{layout}/{ref}", failed_detail, name="failed_job"),
+            Route("/failed/{layout}/{ref}/raw", failed_raw, name="failed_raw"),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         exception_handlers={HTTPException: not_found},

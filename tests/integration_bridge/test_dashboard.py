@@ -138,3 +138,42 @@ def test_a_database_that_cannot_be_read_is_a_banner(tmp_path: Path) -> None:
         response = client.get("/")
     assert response.status_code == 200
     assert 'role="alert"' in response.text and "does not exist" in response.text
+
+
+def test_failed_jobs_are_listed_and_shown_whole(db_url: str, client: TestClient) -> None:
+    """A dead letter of each layout: listed (filtered by queue), its page with the whole
+    exception and the stored payload as text, the bytes themselves as a download."""
+    store = JobStore(db_url)
+    try:
+        store.enqueue(NewJob("billing", b'{"hostile": "<script>window.__pwned=1</script>"}\xff'))
+        (held,) = store.claim("billing", 1, 60).jobs
+        trace = "RuntimeError: card declined <b>now</b>\n" + "  File x, line 1\n" * 50
+        assert store.dead_letter(held.receipt, trace)
+        (dead,) = store.dead_letters()
+    finally:
+        store.close()
+    listed = client.get("/failed/askr").text
+    assert f'data-failed="{dead.id}"' in listed and "card declined &lt;b&gt;now" in listed
+    assert 'data-failed="' not in client.get("/failed/askr?queue=other").text
+    page = client.get(f"/failed/askr/{dead.id}")
+    assert page.status_code == 200
+    rendered_text_only(page.text)
+    assert page.text.count("File x, line 1") == 50 and "&lt;script&gt;" in page.text
+    raw = client.get(f"/failed/askr/{dead.id}/raw")
+    assert raw.headers["content-type"] == "application/octet-stream"
+    assert raw.headers["content-disposition"].startswith("attachment")
+    assert raw.content.endswith(b"\xff") and b"<script>" in raw.content
+    assert client.get("/failed/askr/999999").status_code == 404
+    assert client.get("/failed/nosuchlayout").status_code == 404
+
+    table = open_table(db_url, "laravel")
+    try:
+        laravel = LaravelQueue(db_url, "laravel", table=table)
+        laravel.dispatch("App\\Jobs\\SendInvoice", {"invoice": 7}, queue="mail")
+        job = table.pop("mail", 90)
+        assert job is not None
+        assert table.fail(job, "database", "uuid-7", "Exception: SMTP down")
+    finally:
+        table.close()
+    laravel_list = client.get("/failed/laravel").text
+    assert "Exception: SMTP down" in laravel_list and "App\\Jobs\\SendInvoice" in laravel_list
