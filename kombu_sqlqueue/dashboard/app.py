@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -34,6 +34,7 @@ from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
+from .security import CSRF_FIELD, SESSION_COOKIE, Guard
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,63 @@ def failed_view(job: FailedJob, layout: str) -> FailedView:
     return FailedView(job, summary, summary.detail[:DETAIL_CHARS], (headline or [""])[0][:300])
 
 
+#: Where an action sends the browser back to: a route's name and its path parameters.
+Back = tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A state-changing verb of the page: what it asks before, and what it does (an
+    operator's verb of the layout's admin, as the CLI's) — what it says, and where to go."""
+
+    question: str
+    run: Callable[[QueueAdmin, str, str], tuple[str, Back]]
+
+
+def _failed_id(admin: QueueAdmin, ref: str) -> int:
+    found = admin.find_failed(ref)
+    if not found:
+        raise HTTPException(404, f"no failed job {ref!r}")
+    return found[0].id
+
+
+def _purge(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
+    n = admin.purge(queue)
+    return f"purged {n} job(s) of queue {queue!r}", ("queue", {"layout": layout, "queue": queue})
+
+
+def _pause(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
+    admin.pause(queue)
+    return f"paused queue {queue!r} until resumed", ("queue", {"layout": layout, "queue": queue})
+
+
+def _resume(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
+    said = f"resumed queue {queue!r}" if admin.resume(queue) else f"queue {queue!r} was not paused"
+    return said, ("queue", {"layout": layout, "queue": queue})
+
+
+def _retry(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
+    n = admin.retry_failed([_failed_id(admin, ref)])
+    return f"retried {n} failed job(s): back on the queue", ("failed", {"layout": layout})
+
+
+def _forget(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
+    n = admin.forget_failed([_failed_id(admin, ref)])
+    return f"forgot {n} failed job(s)", ("failed", {"layout": layout})
+
+
+#: The page's actions, by name (``/actions/<name>``: GET asks, POST does).
+ACTIONS: dict[str, Action] = {
+    "purge": Action("Delete the jobs of queue {target} ({layout}) no one holds?", _purge),
+    "pause": Action("Pause queue {target} ({layout}) for every worker?", _pause),
+    "resume": Action("Resume queue {target} ({layout})?", _resume),
+    "retry": Action(
+        "Put failed job {target} ({layout}) back on its queue, its attempts reset?", _retry
+    ),
+    "forget": Action("Delete failed job {target} ({layout}) for good?", _forget),
+}
+
+
 def stored_bytes(payload: bytes | str) -> bytes:
     """A payload as the table holds it (a layout that reads text hands back a str whose
     undecodable bytes are escaped: they are put back)."""
@@ -187,18 +245,69 @@ def create_app(
     ``token``: what state-changing actions will need; without one the page is read-only
     and says so."""
     admins = Admins(url, settings or LayoutSettings())
+    guard = Guard(token)
     env = _environment()
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session = guard.session_of(request)
         page = env.get_template(name).render(
             request=request,
             url_for=request.url_for,
             version=__version__,
-            read_only=token is None,
+            read_only=guard.read_only,
+            signed_in=session is not None,
+            csrf=guard.csrf_for(session),
+            csrf_field=CSRF_FIELD,
+            done=request.query_params.get("done"),
             refresh=REFRESH_SECONDS,
             **context,
         )
         return HTMLResponse(page, status_code=status)
+
+    async def login(request: Request) -> Response:
+        if request.method == "GET":
+            return render(request, "login.html")
+        form = await request.form()
+        if not guard.token_matches(str(form.get("token", ""))):
+            return render(request, "login.html", status=403, error="That is not the token.")
+        response = RedirectResponse(request.url_for("overview"), status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            guard.new_session(),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=request.scope.get("root_path") or "/",
+        )
+        return response
+
+    async def action(request: Request) -> Response:
+        name = str(request.path_params["action"])
+        found = ACTIONS.get(name)
+        if found is None:
+            raise HTTPException(404, f"no action {name!r}")
+        params = request.query_params if request.method == "GET" else await request.form()
+        layout = str(params.get("layout", ""))
+        target = str(params.get("target", ""))
+        if layout not in admins.layouts() or not target:
+            raise HTTPException(404, "an action needs a layout and what it acts on")
+        if request.method == "GET":
+            return render(
+                request, "confirm.html", action=name, layout=layout, target=target,
+                question=found.question.format(target=target, layout=layout),
+            )  # fmt: skip
+        refused = guard.refusal(request, str(params.get(CSRF_FIELD, "")))
+        if refused is not None:
+            return render(request, "error.html", status=403, message=refused, title="Refused")
+        try:
+            with admins.admin(layout) as admin:
+                said, back = found.run(admin, layout, target)
+        except InvalidQueueName as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except _errors() as exc:
+            return render(request, "error.html", status=400, message=str(exc), title="Not done")
+        where = request.url_for(back[0], **back[1]).include_query_params(done=said)
+        return RedirectResponse(str(where), status_code=303)
 
     def overview_context() -> dict[str, Any]:
         views = [read_layout(admins, layout) for layout in admins.layouts()]
@@ -309,7 +418,7 @@ def create_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         detail = exc.detail if isinstance(exc, HTTPException) else "not found"
         status = exc.status_code if isinstance(exc, HTTPException) else 404
-        return render(request, "error.html", status=status, message=detail)
+        return render(request, "error.html", status=status, message=detail, title="Not found")
 
     app = Starlette(
         routes=[
@@ -319,6 +428,8 @@ def create_app(
             Route("/failed/{layout}", failed_page, name="failed"),
             Route("/failed/{layout}/{ref}", failed_detail, name="failed_job"),
             Route("/failed/{layout}/{ref}/raw", failed_raw, name="failed_raw"),
+            Route("/login", login, name="login", methods=["GET", "POST"]),
+            Route("/actions/{action}", action, name="action", methods=["GET", "POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         exception_handlers={HTTPException: not_found},

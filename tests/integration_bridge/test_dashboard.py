@@ -177,3 +177,85 @@ def test_failed_jobs_are_listed_and_shown_whole(db_url: str, client: TestClient)
         table.close()
     laravel_list = client.get("/failed/laravel").text
     assert "Exception: SMTP down" in laravel_list and "App\\Jobs\\SendInvoice" in laravel_list
+
+
+TOKEN = "s3cret-token"
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]*)"', page)
+    assert found is not None, "no CSRF field on the page"
+    return found.group(1)
+
+
+def test_actions_need_the_token_a_session_and_the_page_s_form(db_url: str) -> None:
+    """Purge, pause and resume a queue, retry and forget a failed job — each asked first
+    (GET), done by a POST that carries the session (signed in with the token) and the
+    form's CSRF value, and refused otherwise: read-only without a token, a wrong token,
+    no session, no or a foreign CSRF value, another site's request."""
+    store = JobStore(db_url)
+    try:
+        store.enqueue_many([NewJob("reports", b"r%d" % n) for n in range(3)])
+        store.enqueue(NewJob("broken", b"b"))
+        (held,) = store.claim("broken", 1, 60).jobs
+        assert store.dead_letter(held.receipt, "ValueError: nope")
+        (dead,) = store.dead_letters()
+    finally:
+        store.close()
+
+    with TestClient(create_app(db_url)) as read_only:
+        assert "purge" not in read_only.get("/queues/askr/reports").text.split("</h1>")[1]
+        refused = read_only.post("/actions/purge", data={"layout": "askr", "target": "reports"})
+        assert refused.status_code == 403 and "read-only" in refused.text
+
+    with TestClient(create_app(db_url, token=TOKEN), follow_redirects=False) as client:
+        ask = client.get("/actions/purge", params={"layout": "askr", "target": "reports"})
+        assert ask.status_code == 200 and "Sign in" in ask.text  # not signed in: no form
+        unsigned = client.post("/actions/purge", data={"layout": "askr", "target": "reports"})
+        assert unsigned.status_code == 403 and "sign in" in unsigned.text
+        assert client.post("/login", data={"token": "wrong"}).status_code == 403
+        signed = client.post("/login", data={"token": TOKEN})
+        assert signed.status_code == 303 and "ksq_session" in signed.headers["set-cookie"]
+        assert "HttpOnly" in signed.headers["set-cookie"]
+        assert "samesite=strict" in signed.headers["set-cookie"].lower()
+
+        ask = client.get("/actions/purge", params={"layout": "askr", "target": "reports"})
+        csrf = csrf_of(ask.text)
+        form = {"layout": "askr", "target": "reports"}
+        assert client.post("/actions/purge", data=form).status_code == 403  # no CSRF value
+        forged = client.post("/actions/purge", data={**form, "csrf": "0" * 64})
+        assert forged.status_code == 403 and "CSRF" in forged.text
+        cross = client.post(
+            "/actions/purge",
+            data={**form, "csrf": csrf},
+            headers={"origin": "https://evil.example"},
+        )
+        assert cross.status_code == 403
+        done = client.post("/actions/purge", data={**form, "csrf": csrf})
+        assert done.status_code == 303 and "/queues/askr/reports" in done.headers["location"]
+        assert "purged 3 job(s)" in client.get(done.headers["location"]).text
+
+        for name in ("pause", "resume"):
+            ok = client.post("/actions/" + name, data={**form, "target": "broken", "csrf": csrf})
+            assert ok.status_code == 303, ok.text
+        retried = client.post(
+            "/actions/retry", data={"layout": "askr", "target": str(dead.id), "csrf": csrf}
+        )
+        assert (
+            retried.status_code == 303
+            and "retried 1" in client.get(retried.headers["location"]).text
+        )
+        assert (
+            client.post(
+                "/actions/forget", data={"layout": "askr", "target": str(dead.id), "csrf": csrf}
+            ).status_code
+            == 404
+        )  # retried: no longer a failed job
+        assert client.get("/actions/nosuch", params=form).status_code == 404
+
+    check = JobStore(db_url)
+    try:
+        assert check.size("reports") == 0 and check.size("broken") == 1
+        assert check.dead_letters() == [] and check.controls() == []
+    finally:
+        check.close()
