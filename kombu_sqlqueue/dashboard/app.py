@@ -22,6 +22,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -299,9 +300,15 @@ def create_app(
         refused = guard.refusal(request, str(params.get(CSRF_FIELD, "")))
         if refused is not None:
             return render(request, "error.html", status=403, message=refused, title="Refused")
-        try:
+
+        def run() -> tuple[str, Back]:
             with admins.admin(layout) as admin:
-                said, back = found.run(admin, layout, target)
+                return found.run(admin, layout, target)
+
+        try:
+            # The database's work off the event loop (the page handlers are sync: Starlette
+            # runs those in its thread pool already).
+            said, back = await run_in_threadpool(run)
         except InvalidQueueName as exc:
             raise HTTPException(404, str(exc)) from exc
         except _errors() as exc:

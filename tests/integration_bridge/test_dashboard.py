@@ -259,3 +259,44 @@ def test_actions_need_the_token_a_session_and_the_page_s_form(db_url: str) -> No
         assert check.dead_letters() == [] and check.controls() == []
     finally:
         check.close()
+
+
+def test_mounted_under_a_prefix_its_links_and_cookie_stay_under_it(db_url: str) -> None:
+    """ASGI (a FastAPI or Starlette host's mount): every link and the session cookie's path
+    are under the mount's prefix."""
+    from starlette.routing import Mount, Router
+
+    laravel = LaravelQueue(db_url, "laravel")
+    try:
+        laravel.dispatch("App\\Jobs\\A", {}, queue="mail")
+    finally:
+        laravel.close()
+    host = Router(routes=[Mount("/ops/queues", app=create_app(db_url, token=TOKEN))])
+    with TestClient(host, follow_redirects=False) as client:
+        page = client.get("/ops/queues/").text
+        assert "/ops/queues/static/dashboard.css" in page
+        assert 'href="http://testserver/ops/queues/queues/laravel/mail"' in page
+        signed = client.post("/ops/queues/login", data={"token": TOKEN})
+        assert "Path=/ops/queues" in signed.headers["set-cookie"]
+        assert signed.headers["location"].endswith("/ops/queues/")
+
+
+def test_a_wsgi_host_mounts_it_through_a2wsgi(db_url: str) -> None:
+    """Flask (or Django's wsgi.py): werkzeug's DispatcherMiddleware and a2wsgi's adapter."""
+    from a2wsgi import ASGIMiddleware
+    from flask import Flask
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+    store = JobStore(db_url)
+    try:
+        store.enqueue(NewJob("flaskq", b"x"))
+    finally:
+        store.close()
+    flask_app = Flask("host")
+    flask_app.wsgi_app = DispatcherMiddleware(  # type: ignore[method-assign]
+        flask_app.wsgi_app, {"/queues": ASGIMiddleware(create_app(db_url))}
+    )
+    page = flask_app.test_client().get("/queues/")
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert 'data-queue="flaskq"' in text and "/queues/static/dashboard.css" in text
