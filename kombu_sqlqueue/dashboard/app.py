@@ -176,7 +176,8 @@ def _failed_id(admin: QueueAdmin, ref: str) -> int:
 
 def _purge(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
     n = admin.purge(queue)
-    return f"purged {n} job(s) of queue {queue!r}", ("queue", {"layout": layout, "queue": queue})
+    # To the overview: a queue purged of every job may be no queue any more.
+    return f"purged {n} job(s) of queue {queue!r}", ("overview", {})
 
 
 def _pause(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
@@ -333,9 +334,10 @@ def create_app(
             raise HTTPException(404, f"no table layout {layout!r}")
         try:
             with admins.admin(layout) as admin:
-                if not admin.is_known(queue):
-                    raise HTTPException(404, f"no queue {queue!r} in the {layout} tables")
+                known = admin.is_known(queue)  # (checks the name first)
                 stats = next((s for s in admin.stats() if s.queue == queue), None)
+                if not known and stats is None:  # no job, no failed job, no control
+                    raise HTTPException(404, f"no queue {queue!r} in the {layout} tables")
                 waiting = admin.peek(queue, PAGE_JOBS)
                 held = _held(admin, queue)
         except InvalidQueueName as exc:

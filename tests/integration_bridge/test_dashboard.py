@@ -232,7 +232,9 @@ def test_actions_need_the_token_a_session_and_the_page_s_form(db_url: str) -> No
         )
         assert cross.status_code == 403
         done = client.post("/actions/purge", data={**form, "csrf": csrf})
-        assert done.status_code == 303 and "/queues/askr/reports" in done.headers["location"]
+        assert done.status_code == 303 and done.headers["location"].startswith(
+            "http://testserver/?"
+        )
         assert "purged 3 job(s)" in client.get(done.headers["location"]).text
 
         for name in ("pause", "resume"):
