@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,18 +24,26 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._version import __version__
-from ..exceptions import ConfigurationError, InvalidQueueName, SchemaMismatch, SqlQueueError
+from ..exceptions import (
+    ConfigurationError,
+    InvalidQueueName,
+    SchemaMismatch,
+    SqlQueueError,
+    StoreError,
+)
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
-from .security import CSRF_FIELD, SESSION_COOKIE, Guard
+from .security import CSRF_FIELD, SESSION_COOKIE, Guard, SecurityHeaders
 
 logger = logging.getLogger(__name__)
 
@@ -65,31 +73,55 @@ class LayoutView:
 
 
 class Admins:
-    """One :class:`QueueAdmin` per layout, opened on first use and again after a failure
-    (a database that was down is tried again at the next request)."""
+    """One :class:`QueueAdmin` per layout, opened on first use and again after a database
+    error (a database that was down is tried again at the next request)."""
+
+    #: Seconds a layout whose tables were missing is taken as still missing (an overview
+    #: polled every 2 s does not inspect the schema each time).
+    ABSENT_SECONDS = 10.0
 
     def __init__(self, url: str, settings: LayoutSettings) -> None:
         self.url = url
         self.settings = settings
+        #: Contract v1's and every installed layout's, read once (entry points).
+        self.layouts = [CONTRACT_LAYOUT, *(layout.name for layout in installed_layouts())]
         self._open: dict[str, QueueAdmin] = {}
+        #: layout -> until when its tables are taken as missing, and what was said. The
+        #: message, not the exception: its traceback would keep the failed open's
+        #: connections alive.
+        self._absent: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def layouts() -> list[str]:
-        return [CONTRACT_LAYOUT, *(layout.name for layout in installed_layouts())]
+    def _get(self, layout: str) -> QueueAdmin:
+        with self._lock:
+            admin = self._open.get(layout)
+            absent = self._absent.get(layout)
+        if admin is not None:
+            return admin
+        if absent is not None and time.monotonic() < absent[0]:
+            raise SchemaMismatch(absent[1])
+        try:
+            # Opened outside the lock: a database slow to answer holds up only its callers.
+            opened = open_admin(self.url, layout, self.settings)
+        except SchemaMismatch as exc:
+            with self._lock:
+                self._absent[layout] = (time.monotonic() + self.ABSENT_SECONDS, str(exc))
+            raise
+        with self._lock:
+            self._absent.pop(layout, None)
+            admin = self._open.setdefault(layout, opened)
+        if admin is not opened:  # another request opened it meanwhile
+            opened.close()
+        return admin
 
     @contextmanager
     def admin(self, layout: str) -> Iterator[QueueAdmin]:
-        """The layout's admin; dropped (closed) when a use of it fails, so the next use
-        opens it afresh."""
-        with self._lock:
-            admin = self._open.get(layout)
-            if admin is None:
-                admin = open_admin(self.url, layout, self.settings)
-                self._open[layout] = admin
+        """The layout's admin; dropped (closed) when a use of it meets a database error,
+        so the next use opens it afresh (a 404 or a refused name keeps it)."""
+        admin = self._get(layout)
         try:
             yield admin
-        except Exception:
+        except StoreError:  # the database's (a connection, a table): not a name's or a 404
             with self._lock:
                 if self._open.get(layout) is admin:
                     del self._open[layout]
@@ -101,6 +133,7 @@ class Admins:
             for admin in self._open.values():
                 admin.close()
             self._open.clear()
+            self._absent.clear()
 
 
 def _errors() -> tuple[type[Exception], ...]:
@@ -154,8 +187,9 @@ def failed_view(job: FailedJob, layout: str) -> FailedView:
     return FailedView(job, summary, summary.detail[:DETAIL_CHARS], (headline or [""])[0][:300])
 
 
-#: Where an action sends the browser back to: a route's name and its path parameters.
-Back = tuple[str, dict[str, str]]
+#: Where an action sends the browser back to: a route's name, its path parameters and its
+#: query parameters.
+Back = tuple[str, dict[str, str], dict[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,37 +201,48 @@ class Action:
     run: Callable[[QueueAdmin, str, str], tuple[str, Back]]
 
 
-def _failed_id(admin: QueueAdmin, ref: str) -> int:
+def exact_failed(admin: QueueAdmin, ref: str) -> FailedJob:
+    """The failed job ``ref`` names: the row of that id when ``ref`` is a number (the
+    page's own links, which a producer's uuid "4" must not hijack), else the one of that
+    uuid."""
     found = admin.find_failed(ref)
+    if ref.isdigit():
+        found = [job for job in found if job.id == int(ref)]
+    else:
+        found = [job for job in found if job.uuid == ref]
     if not found:
         raise HTTPException(404, f"no failed job {ref!r}")
-    return found[0].id
+    return found[0]
+
+
+def _failed_id(admin: QueueAdmin, ref: str) -> int:
+    return exact_failed(admin, ref).id
 
 
 def _purge(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
     n = admin.purge(queue)
     # To the overview: a queue purged of every job may be no queue any more.
-    return f"purged {n} job(s) of queue {queue!r}", ("overview", {})
+    return f"purged {n} job(s) of queue {queue!r}", ("overview", {}, {})
 
 
 def _pause(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
     admin.pause(queue)
-    return f"paused queue {queue!r} until resumed", ("queue", {"layout": layout, "queue": queue})
+    return f"paused queue {queue!r} until resumed", ("queue", {}, {"layout": layout, "name": queue})
 
 
 def _resume(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
     said = f"resumed queue {queue!r}" if admin.resume(queue) else f"queue {queue!r} was not paused"
-    return said, ("queue", {"layout": layout, "queue": queue})
+    return said, ("queue", {}, {"layout": layout, "name": queue})
 
 
 def _retry(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
     n = admin.retry_failed([_failed_id(admin, ref)])
-    return f"retried {n} failed job(s): back on the queue", ("failed", {"layout": layout})
+    return f"retried {n} failed job(s): back on the queue", ("failed", {"layout": layout}, {})
 
 
 def _forget(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
     n = admin.forget_failed([_failed_id(admin, ref)])
-    return f"forgot {n} failed job(s)", ("failed", {"layout": layout})
+    return f"forgot {n} failed job(s)", ("failed", {"layout": layout}, {})
 
 
 #: The page's actions, by name (``/actions/<name>``: GET asks, POST does).
@@ -241,11 +286,14 @@ def create_app(
     *,
     settings: LayoutSettings | None = None,
     token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard of the database at ``url`` (a broker URL or an SQLAlchemy one), as an
     ASGI app. ``settings``: another layout's table names (the CLI's ``--jobs-table`` …).
-    ``token``: what state-changing actions will need; without one the page is read-only
-    and says so."""
+    ``token``: what state-changing actions need; without one the page is read-only and
+    says so. ``allowed_hosts``: the ``Host`` names it answers (a page of another site
+    whose name resolves to 127.0.0.1 — DNS rebinding — reads nothing); None: every one
+    (mounted in an app, the app's own host check applies)."""
     admins = Admins(url, settings or LayoutSettings())
     guard = Guard(token)
     env = _environment()
@@ -260,7 +308,7 @@ def create_app(
             signed_in=session is not None,
             csrf=guard.csrf_for(session),
             csrf_field=CSRF_FIELD,
-            done=request.query_params.get("done"),
+            done=guard.message_of(request.query_params.get("done", "")),
             refresh=REFRESH_SECONDS,
             **context,
         )
@@ -283,6 +331,11 @@ def create_app(
         )
         return response
 
+    async def logout(request: Request) -> Response:
+        response = RedirectResponse(request.url_for("overview"), status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
+        return response
+
     async def action(request: Request) -> Response:
         name = str(request.path_params["action"])
         found = ACTIONS.get(name)
@@ -291,7 +344,7 @@ def create_app(
         params = request.query_params if request.method == "GET" else await request.form()
         layout = str(params.get("layout", ""))
         target = str(params.get("target", ""))
-        if layout not in admins.layouts() or not target:
+        if layout not in admins.layouts or not target:
             raise HTTPException(404, "an action needs a layout and what it acts on")
         if request.method == "GET":
             return render(
@@ -314,11 +367,14 @@ def create_app(
             raise HTTPException(404, str(exc)) from exc
         except _errors() as exc:
             return render(request, "error.html", status=400, message=str(exc), title="Not done")
-        where = request.url_for(back[0], **back[1]).include_query_params(done=said)
+        route, path, query = back
+        where = request.url_for(route, **path).include_query_params(
+            **query, done=guard.signed_message(said)
+        )
         return RedirectResponse(str(where), status_code=303)
 
     def overview_context() -> dict[str, Any]:
-        views = [read_layout(admins, layout) for layout in admins.layouts()]
+        views = [read_layout(admins, layout) for layout in admins.layouts]
         return {"views": views, "now": int(time.time())}
 
     def overview(request: Request) -> Response:
@@ -328,9 +384,11 @@ def create_app(
         return render(request, "_overview.html", **overview_context())
 
     def queue_page(request: Request) -> Response:
-        layout = request.path_params["layout"]
-        queue = request.path_params["queue"]
-        if layout not in admins.layouts():
+        # The queue in the query string, never the path: a stored name holding "?", "#",
+        # "%" or "/../" cannot make its link another page.
+        layout = request.query_params.get("layout", "")
+        queue = request.query_params.get("name", "")
+        if layout not in admins.layouts:
             raise HTTPException(404, f"no table layout {layout!r}")
         try:
             with admins.admin(layout) as admin:
@@ -361,7 +419,7 @@ def create_app(
 
     def layout_of(request: Request) -> str:
         layout = str(request.path_params["layout"])
-        if layout not in admins.layouts():
+        if layout not in admins.layouts:
             raise HTTPException(404, f"no table layout {layout!r}")
         return layout
 
@@ -388,16 +446,16 @@ def create_app(
     def failed_job(layout: str, ref: str) -> FailedJob:
         try:
             with admins.admin(layout) as admin:
-                found = admin.find_failed(ref)
+                return exact_failed(admin, ref)
         except SchemaMismatch as exc:
             raise HTTPException(404, f"no {layout} tables in this database: {exc}") from exc
-        if not found:
-            raise HTTPException(404, f"no failed job {ref!r} in the {layout} tables")
-        return found[0]
 
     def failed_detail(request: Request) -> Response:
         layout = layout_of(request)
-        job = failed_job(layout, str(request.path_params["ref"]))
+        try:
+            job = failed_job(layout, str(request.path_params["ref"]))
+        except _errors() as exc:
+            return render(request, "error.html", status=503, message=str(exc), title="Unavailable")
         raw = stored_bytes(job.payload)
         return render(
             request,
@@ -413,7 +471,10 @@ def create_app(
     def failed_raw(request: Request) -> Response:
         """The stored bytes as they are, to download: never rendered as a page."""
         layout = layout_of(request)
-        job = failed_job(layout, str(request.path_params["ref"]))
+        try:
+            job = failed_job(layout, str(request.path_params["ref"]))
+        except _errors() as exc:
+            return render(request, "error.html", status=503, message=str(exc), title="Unavailable")
         raw = stored_bytes(job.payload)
         return Response(
             raw,
@@ -429,21 +490,29 @@ def create_app(
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         return render(request, "error.html", status=status, message=detail, title="Not found")
 
+    middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
     app = Starlette(
+        middleware=middleware,
         routes=[
             Route("/", overview, name="overview"),
             Route("/fragments/overview", overview_fragment, name="overview_fragment"),
-            Route("/queues/{layout}/{queue:path}", queue_page, name="queue"),
+            Route("/queue", queue_page, name="queue"),
             Route("/failed/{layout}", failed_page, name="failed"),
             Route("/failed/{layout}/{ref}", failed_detail, name="failed_job"),
             Route("/failed/{layout}/{ref}/raw", failed_raw, name="failed_raw"),
             Route("/login", login, name="login", methods=["GET", "POST"]),
+            Route("/logout", logout, name="logout", methods=["POST"]),
             Route("/actions/{action}", action, name="action", methods=["GET", "POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         exception_handlers={HTTPException: not_found},
         lifespan=lambda _app: _closing(admins),
     )
+    # A host that mounts the app runs its own lifespan, not this one: it closes the
+    # dashboard's connections with app.state.close() at its shutdown.
+    app.state.close = admins.close
     return app
 
 

@@ -14,14 +14,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The session cookie's name.
 SESSION_COOKIE = "ksq_session"
 #: The form field the CSRF value travels in.
 CSRF_FIELD = "csrf"
+#: How long a sign-in lasts (seconds).
+SESSION_SECONDS = 12 * 3600
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality of a value a client sent (any text) and one we made."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 @dataclass
@@ -40,26 +49,45 @@ class Guard:
         return hmac.new(self.key, what.encode(), hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str) -> bool:
-        """Whether ``given`` is the dashboard's token (constant time)."""
+        """Whether ``given`` is the dashboard's token (constant time; digests compared, so
+        not even its length shows)."""
         if self.read_only:
             return False
         assert self.token is not None
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        digest = hashlib.sha256
+        return hmac.compare_digest(
+            digest(given.encode("utf-8", "replace")).digest(), digest(self.token.encode()).digest()
+        )
 
-    def new_session(self) -> str:
-        """A session cookie's value: a nonce and its signature."""
-        nonce = secrets.token_hex(16)
-        return f"{nonce}.{self._sign('session:' + nonce)}"
+    def new_session(self, now: float | None = None) -> str:
+        """A session cookie's value: a nonce, when it was made, and their signature."""
+        made = int(time.time() if now is None else now)
+        body = f"{secrets.token_hex(16)}.{made}"
+        return f"{body}.{self._sign('session:' + body)}"
 
     def session_of(self, request: Request) -> str | None:
-        """The request's session, when its cookie is one this dashboard signed."""
+        """The request's session, when its cookie is one this dashboard signed less than
+        ``SESSION_SECONDS`` ago."""
         if self.read_only:
             return None
         value = request.cookies.get(SESSION_COOKIE, "")
-        nonce, _, signature = value.partition(".")
-        if nonce and hmac.compare_digest(signature, self._sign("session:" + nonce)):
-            return value
-        return None
+        body, _, signature = value.rpartition(".")
+        made = body.partition(".")[2]
+        if not (body and made.isdigit() and _same(signature, self._sign("session:" + body))):
+            return None
+        if time.time() - int(made) > SESSION_SECONDS:
+            return None
+        return value
+
+    def signed_message(self, text: str) -> str:
+        """``text`` and its signature: what the page says after an action, which a link
+        from elsewhere cannot make it say."""
+        return f"{self._sign('done:' + text)}.{text}"
+
+    def message_of(self, value: str) -> str | None:
+        """The text of a :meth:`signed_message` (None: none, or not one of ours)."""
+        signature, _, text = value.partition(".")
+        return text if text and _same(signature, self._sign("done:" + text)) else None
 
     def csrf_for(self, session: str | None) -> str:
         """The CSRF value forms of ``session`` carry ("" without one)."""
@@ -78,6 +106,39 @@ class Guard:
         session = self.session_of(request)
         if session is None:
             return "sign in with the dashboard's token first"
-        if not hmac.compare_digest(form_csrf, self.csrf_for(session)):
+        if not _same(form_csrf, self.csrf_for(session)):
             return "the form is not this page's (CSRF): reload it and try again"
         return None
+
+
+#: What every response of the dashboard says of itself: nothing but its own scripts,
+#: styles and forms, never framed (a confirm button under another page's), no sniffing.
+HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+        b"form-action 'self'; object-src 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
+
+
+class SecurityHeaders:
+    """ASGI middleware adding :data:`HEADERS` to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

@@ -843,8 +843,17 @@ def resume(url: str, queue: str, **kw: Any) -> None:
     help="What state-changing actions need (or $KOMBU_SQLQUEUE_DASHBOARD_TOKEN); without "
     "it the page is read-only.",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A Host name the pages answer besides the bind address and localhost (repeat it; "
+    "a page of another site whose name resolves here — DNS rebinding — gets nothing).",
+)
 @_layout_options
-def dashboard(url: str, port: int, bind: str, token: str | None, **kw: Any) -> None:
+def dashboard(
+    url: str, port: int, bind: str, token: str | None, allowed_hosts: tuple[str, ...], **kw: Any
+) -> None:
     """Serve the web dashboard of URL's queues — contract v1's and every installed
     layout's tables, side by side — until interrupted (pip install 'kombu-sqlqueue[dashboard]')."""
     try:
@@ -856,7 +865,14 @@ def dashboard(url: str, port: int, bind: str, token: str | None, **kw: Any) -> N
             f"the dashboard needs its extra: pip install 'kombu-sqlqueue[dashboard]' ({exc})"
         ) from exc
     kw.pop("layout")  # every layout is shown; its table settings apply to the other layouts
-    app = create_app(url, settings=_settings(kw), token=token)
+    hosts = [bind, "localhost", "127.0.0.1", "::1", *allowed_hosts]
+    if bind in ("0.0.0.0", "::") and not allowed_hosts:
+        click.echo(
+            "note: answering any Host name: give --allowed-host NAME (the names it is reached by)",
+            err=True,
+        )
+        hosts = ["*"]
+    app = create_app(url, settings=_settings(kw), token=token, allowed_hosts=hosts)
     where = f"http://{bind}:{port}/"
     click.echo(f"serving the dashboard on {where}{' (read-only: no --token)' if not token else ''}")
     uvicorn.run(app, host=bind, port=port, log_level="warning")

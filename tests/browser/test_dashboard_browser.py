@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from kombu import Connection
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 from kombu_sqlqueue.dashboard import create_app
 from kombu_sqlqueue.store import JobStore, NewJob
@@ -144,13 +145,15 @@ def test_an_operator_signs_in_and_purges_a_queue(
     browser.delete_all_cookies()
     browser.get(base + "/login")
     browser.find_element(By.NAME, "token").send_keys("t0ken")
-    browser.find_element(By.CSS_SELECTOR, "form button").click()
-    browser.get(base + "/queues/askr/reports")
+    browser.find_element(By.CSS_SELECTOR, "main form button").click()
+    wait = WebDriverWait(browser, 20)
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "form.signout"))  # signed in
+    browser.get(base + "/queue?layout=askr&name=reports")
     browser.find_element(By.LINK_TEXT, "purge").click()
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, 'button[data-confirm="purge"]'))
     browser.find_element(By.CSS_SELECTOR, 'button[data-confirm="purge"]').click()
-    assert (
-        "purged 3 job(s) of queue 'reports'" in browser.find_element(By.CLASS_NAME, "notice").text
-    )
+    notice = wait.until(lambda b: b.find_elements(By.CLASS_NAME, "notice"))
+    assert "purged 3 job(s) of queue 'reports'" in notice[0].text
     check = JobStore(db_file)
     try:
         assert check.size("reports") == 0
