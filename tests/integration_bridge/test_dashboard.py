@@ -89,6 +89,26 @@ def test_held_jobs_show_their_holder(db_url: str, client: TestClient) -> None:
     assert f'data-job="{held.id}"' in page and "celery@host-1" in page
 
 
+def laravel_queue_named(db_url: str, name: str, display: str = "App\\Jobs\\A") -> None:
+    """A job (class ``display``) on a Laravel queue whose name is ``name`` (Laravel's column
+    takes any text)."""
+    table = open_table(db_url, "laravel")
+    try:
+        table.size("default")
+        engine = sa.create_engine(table.store.url)  # type: ignore[attr-defined]
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (queue, payload, attempts, available_at, created_at)"
+                    " VALUES (:q, :p, 0, 0, 0)"
+                ),
+                {"q": name, "p": json.dumps({"displayName": display, "data": {}})},
+            )
+        engine.dispose()
+    finally:
+        table.close()
+
+
 @pytest.mark.parametrize("text", HOSTILE)
 def test_what_a_producer_wrote_is_shown_as_text(db_url: str, client: TestClient, text: str) -> None:
     celery_task(db_url, "evil", text)
@@ -98,21 +118,7 @@ def test_what_a_producer_wrote_is_shown_as_text(db_url: str, client: TestClient,
     finally:
         store.close()
     celery_task(db_url, "evil", "y" * (3 * 1024 * 1024))  # a 3 MB argument: cut
-    table = open_table(db_url, "laravel")  # Laravel's queue column takes any text
-    try:
-        table.size("default")  # its tables exist from first use on
-        engine = sa.create_engine(table.store.url)  # type: ignore[attr-defined]
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO jobs (queue, payload, attempts, available_at, created_at)"
-                    " VALUES (:q, :p, 0, 0, 0)"
-                ),
-                {"q": text[:200], "p": json.dumps({"displayName": text, "data": {}})},
-            )
-        engine.dispose()
-    finally:
-        table.close()
+    laravel_queue_named(db_url, text[:200], display=text)
     overview = client.get("/").text
     rendered_text_only(overview)
     assert "&lt;script&gt;" in overview or "&#34;&gt;&lt;img" in overview or "{{ 7*7 }}" in overview
@@ -321,25 +327,6 @@ print(page.get_data(as_text=True))
     status, _, text = done.stdout.partition("\n")
     assert status == "200"
     assert 'data-queue="flaskq"' in text and "/queues/static/dashboard.css" in text
-
-
-def laravel_queue_named(db_url: str, name: str) -> None:
-    """A job on a Laravel queue whose name is ``name`` (Laravel's column takes any text)."""
-    table = open_table(db_url, "laravel")
-    try:
-        table.size("default")
-        engine = sa.create_engine(table.store.url)  # type: ignore[attr-defined]
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO jobs (queue, payload, attempts, available_at, created_at)"
-                    " VALUES (:q, :p, 0, 0, 0)"
-                ),
-                {"q": name, "p": json.dumps({"displayName": "App\\Jobs\\A", "data": {}})},
-            )
-        engine.dispose()
-    finally:
-        table.close()
 
 
 @pytest.mark.parametrize(
