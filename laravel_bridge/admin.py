@@ -14,6 +14,7 @@ from kombu_sqlqueue.store.admin import (
     FailedJob,
     QueueStats,
     WaitingJob,
+    below,
     cutoff,
     group_attempts,
     merge_stats,
@@ -166,6 +167,18 @@ class LaravelAdmin:
             for i, q, a, at, c, *p in read_rows(s, s.q.peek, params)
         ]
 
+    def job(self, queue: str, job_id: int) -> WaitingJob | None:
+        validate_queue_name(queue)
+        s = self._store
+        found = read_rows(s, s.q.job, {"queue": queue, "id": int(job_id)})
+        return next(
+            (
+                WaitingJob(int(i), str(q), s.q.stored_payload(p), int(a), int(at), int(c))
+                for i, q, a, at, c, *p in found
+            ),
+            None,
+        )
+
     # Laravel's jobs table has no column for a holder: holds are anonymous there.
     def held(self, queue: str, n: int) -> list[WaitingJob]:
         raise ConfigurationError(
@@ -195,9 +208,11 @@ class LaravelAdmin:
             for i, u, q, e, f, c, *p in rows
         ]
 
-    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+    def failed(
+        self, queue: str | None = None, limit: int = 50, before: int | None = None
+    ) -> list[FailedJob]:
         s = self._store
-        params: dict[str, Any] = {"limit": max(0, int(limit))}
+        params: dict[str, Any] = {"limit": max(0, int(limit)), "before": below(before)}
         query = s.q.failed_recent
         if queue is not None:
             validate_queue_name(queue)

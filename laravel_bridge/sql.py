@@ -289,6 +289,10 @@ class LaravelQueries:
             .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
             .limit(sa.bindparam("n"))
         )
+        # One job of a queue by id, held or not (a job's page).
+        self.job = sa.select(
+            j.id, j.queue, j.attempts, j.available_at, j.created_at, *read_payload(j.payload)
+        ).where(j.id == sa.bindparam("id"), j.queue == sa.bindparam("queue"))
         by_queue = j.queue == sa.bindparam("queue")
         self.known = sa.select(
             sa.case(
@@ -306,7 +310,12 @@ class LaravelQueries:
         listed = sa.select(
             f.id, f.uuid, f.queue, f.exception, f.failed_at, f.connection, *read_payload(f.payload)
         )
-        self.failed_recent = listed.order_by(f.id.desc()).limit(sa.bindparam("limit"))
+        # Newest first; a later page starts below the last id shown (keyset, no OFFSET).
+        self.failed_recent = (
+            listed.where(f.id < sa.bindparam("before"))
+            .order_by(f.id.desc())
+            .limit(sa.bindparam("limit"))
+        )
         self.failed_recent_queue = self.failed_recent.where(f.queue == sa.bindparam("queue"))
         # By row id or by uuid (what queue:failed shows as the ID).
         self.failed_find = listed.where(

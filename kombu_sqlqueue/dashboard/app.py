@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from .._version import __version__
 from ..exceptions import (
     ConfigurationError,
+    InvalidControl,
     InvalidQueueName,
     SchemaMismatch,
     SqlQueueError,
@@ -42,6 +43,7 @@ from ..exceptions import (
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.controls import parse_rate
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
 from .security import CSRF_FIELD, SESSION_COOKIE, Guard, SecurityHeaders
 
@@ -192,15 +194,6 @@ def failed_view(job: FailedJob, layout: str) -> FailedView:
 Back = tuple[str, dict[str, str], dict[str, str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
-    """A state-changing verb of the page: what it asks before, and what it does (an
-    operator's verb of the layout's admin, as the CLI's) — what it says, and where to go."""
-
-    question: str
-    run: Callable[[QueueAdmin, str, str], tuple[str, Back]]
-
-
 def exact_failed(admin: QueueAdmin, ref: str) -> FailedJob:
     """The failed job ``ref`` names: the row of that id when ``ref`` is a number (the
     page's own links, which a producer's uuid "4" must not hijack), else the one of that
@@ -215,45 +208,183 @@ def exact_failed(admin: QueueAdmin, ref: str) -> FailedJob:
     return found[0]
 
 
-def _failed_id(admin: QueueAdmin, ref: str) -> int:
-    return exact_failed(admin, ref).id
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What an action is asked to act on: the layout, its target (a queue, failed job ids,
+    a holder) and the action's own fields (as the form sent them)."""
+
+    layout: str
+    target: str
+    fields: dict[str, str]
+
+    def back_to_queue(self, queue: str) -> Back:
+        return ("queue", {}, {"layout": self.layout, "name": queue})
+
+    def back_to_failed(self) -> Back:
+        return ("failed", {"layout": self.layout}, {})
 
 
-def _purge(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
-    n = admin.purge(queue)
+#: The most failed jobs one "selected" action names (a page lists fewer).
+MOST_SELECTED = 500
+
+
+def failed_ids(admin: QueueAdmin, target: str) -> list[int]:
+    """The failed jobs a retry or forget names: row ids separated by commas (the list's
+    selection, a job's page), or one uuid."""
+    pieces = target.split(",")
+    if all(piece.isdigit() for piece in pieces) and len(pieces) <= MOST_SELECTED:
+        return sorted({int(piece) for piece in pieces})
+    return [exact_failed(admin, target).id]
+
+
+def failed_scope(target: str) -> str | None:
+    """``all`` (every queue: None) or ``queue:NAME`` — what retry-all and flush act on."""
+    if target == "all":
+        return None
+    if target.startswith("queue:") and len(target) > len("queue:"):
+        return target[len("queue:") :]
+    raise HTTPException(404, f"acts on 'all' or 'queue:NAME', not {target!r}")
+
+
+def describe_scope(target: str) -> str:
+    queue = failed_scope(target)
+    return "every queue" if queue is None else f"queue {queue!r}"
+
+
+def _purge(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    n = admin.purge(asked.target)
     # To the overview: a queue purged of every job may be no queue any more.
-    return f"purged {n} job(s) of queue {queue!r}", ("overview", {}, {})
+    return f"purged {n} job(s) of queue {asked.target!r}", ("overview", {}, {})
 
 
-def _pause(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
-    admin.pause(queue)
-    return f"paused queue {queue!r} until resumed", ("queue", {}, {"layout": layout, "name": queue})
+def _pause(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    admin.pause(asked.target)
+    return f"paused queue {asked.target!r} until resumed", asked.back_to_queue(asked.target)
 
 
-def _resume(admin: QueueAdmin, layout: str, queue: str) -> tuple[str, Back]:
+def _resume(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    queue = asked.target
     said = f"resumed queue {queue!r}" if admin.resume(queue) else f"queue {queue!r} was not paused"
-    return said, ("queue", {}, {"layout": layout, "name": queue})
+    return said, asked.back_to_queue(queue)
 
 
-def _retry(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
-    n = admin.retry_failed([_failed_id(admin, ref)])
-    return f"retried {n} failed job(s): back on the queue", ("failed", {"layout": layout}, {})
+def _limit_value(text: str, parse: Callable[[str], Any], what: str) -> Any:
+    """A limit as the form gives it: empty or ``off`` is none; else parsed (the store
+    checks the value, as for the CLI)."""
+    text = text.strip()
+    if text.lower() in ("", "off"):
+        return None
+    try:
+        return parse(text)
+    except InvalidControl:
+        raise
+    except ValueError as exc:
+        raise InvalidControl(f"{what} takes a whole number or nothing, got {text!r}") from exc
 
 
-def _forget(admin: QueueAdmin, layout: str, ref: str) -> tuple[str, Back]:
-    n = admin.forget_failed([_failed_id(admin, ref)])
-    return f"forgot {n} failed job(s)", ("failed", {"layout": layout}, {})
+def _limits(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    queue, fields = asked.target, asked.fields
+    # Every value read before any is written: a bad one changes nothing (as the CLI).
+    concurrency = _limit_value(fields.get("concurrency", ""), int, "concurrency")
+    rate = _limit_value(fields.get("rate", ""), parse_rate, "rate")
+    per_key = _limit_value(fields.get("per_key", ""), int, "per key")
+    admin.limit(queue, concurrency)
+    admin.rate_limit(queue, rate)
+    admin.key_limit(queue, per_key)
+    return f"limits of queue {queue!r}: {describe_limits(asked)}", asked.back_to_queue(queue)
+
+
+def describe_limits(asked: Asked) -> str:
+    said = []
+    for field_name, what in (
+        ("concurrency", "held at once"),
+        ("rate", "rate"),
+        ("per_key", "per key"),
+    ):
+        value = asked.fields.get(field_name, "").strip()
+        said.append(f"{what} {value}" if value and value.lower() != "off" else f"no {what} limit")
+    return ", ".join(said)
+
+
+def _release(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    queue = asked.fields.get("queue") or None
+    n = admin.release_holder(asked.target, queue)
+    said = f"released {n} job(s) held by {asked.target!r}: ready again"
+    return said, ("overview", {}, {}) if queue is None else asked.back_to_queue(queue)
+
+
+def _retry(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    n = admin.retry_failed(failed_ids(admin, asked.target))
+    if not n:  # nothing changed: none of them is a failed job (any more)
+        raise HTTPException(404, f"no failed job {asked.target!r}")
+    return f"retried {n} failed job(s): back on the queue", asked.back_to_failed()
+
+
+def _forget(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    n = admin.forget_failed(failed_ids(admin, asked.target))
+    if not n:
+        raise HTTPException(404, f"no failed job {asked.target!r}")
+    return f"forgot {n} failed job(s)", asked.back_to_failed()
+
+
+def _retry_all(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    queue = failed_scope(asked.target)
+    n = admin.retry_failed(admin.failed_ids(queue))
+    return f"retried {n} failed job(s) of {describe_scope(asked.target)}", asked.back_to_failed()
+
+
+def _flush(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
+    n = admin.flush_failed(None, failed_scope(asked.target))
+    return f"flushed {n} failed job(s) of {describe_scope(asked.target)}", asked.back_to_failed()
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A state-changing verb of the page: what it asks before, and what it does (an
+    operator's verb of the layout's admin, as the CLI's) — what it says, and where to go."""
+
+    ask: Callable[[Asked], str]
+    run: Callable[[QueueAdmin, Asked], tuple[str, Back]]
+    #: The form fields it takes beside the layout and the target.
+    fields: tuple[str, ...] = ()
 
 
 #: The page's actions, by name (``/actions/<name>``: GET asks, POST does).
 ACTIONS: dict[str, Action] = {
-    "purge": Action("Delete the jobs of queue {target} ({layout}) no one holds?", _purge),
-    "pause": Action("Pause queue {target} ({layout}) for every worker?", _pause),
-    "resume": Action("Resume queue {target} ({layout})?", _resume),
-    "retry": Action(
-        "Put failed job {target} ({layout}) back on its queue, its attempts reset?", _retry
+    "purge": Action(
+        lambda a: f"Delete the jobs of queue {a.target} ({a.layout}) no one holds?", _purge
     ),
-    "forget": Action("Delete failed job {target} ({layout}) for good?", _forget),
+    "pause": Action(lambda a: f"Pause queue {a.target} ({a.layout}) for every worker?", _pause),
+    "resume": Action(lambda a: f"Resume queue {a.target} ({a.layout})?", _resume),
+    "limits": Action(
+        lambda a: f"Set the limits of queue {a.target} ({a.layout}): {describe_limits(a)}?",
+        _limits,
+        ("concurrency", "rate", "per_key"),
+    ),
+    "release": Action(
+        lambda a: (
+            f"Hand back every job {a.target} holds"
+            + (f" of queue {a.fields['queue']}" if a.fields.get("queue") else "")
+            + f" ({a.layout}), for other workers to run?"
+        ),
+        _release,
+        ("queue",),
+    ),
+    "retry": Action(
+        lambda a: f"Put failed job(s) {a.target} ({a.layout}) back on their queue, attempts reset?",
+        _retry,
+    ),
+    "forget": Action(lambda a: f"Delete failed job(s) {a.target} ({a.layout}) for good?", _forget),
+    "retry_all": Action(
+        lambda a: (
+            f"Put every failed job of {describe_scope(a.target)} ({a.layout}) back on its queue?"
+        ),
+        _retry_all,
+    ),
+    "flush": Action(
+        lambda a: f"Delete every failed job of {describe_scope(a.target)} ({a.layout}) for good?",
+        _flush,
+    ),
 }
 
 
@@ -343,21 +474,22 @@ def create_app(
             raise HTTPException(404, f"no action {name!r}")
         params = request.query_params if request.method == "GET" else await request.form()
         layout = str(params.get("layout", ""))
-        target = str(params.get("target", ""))
+        # A selection (checkboxes) sends the target once per row: one comma-separated list.
+        target = ",".join(str(value) for value in params.getlist("target") if value)
         if layout not in admins.layouts or not target:
             raise HTTPException(404, "an action needs a layout and what it acts on")
+        asked = Asked(layout, target, {f: str(params.get(f, "")) for f in found.fields})
         if request.method == "GET":
             return render(
-                request, "confirm.html", action=name, layout=layout, target=target,
-                question=found.question.format(target=target, layout=layout),
-            )  # fmt: skip
+                request, "confirm.html", action=name, asked=asked, question=found.ask(asked)
+            )
         refused = guard.refusal(request, str(params.get(CSRF_FIELD, "")))
         if refused is not None:
             return render(request, "error.html", status=403, message=refused, title="Refused")
 
         def run() -> tuple[str, Back]:
             with admins.admin(layout) as admin:
-                return found.run(admin, layout, target)
+                return found.run(admin, asked)
 
         try:
             # The database's work off the event loop (the page handlers are sync: Starlette
@@ -414,8 +546,48 @@ def create_app(
             stats=stats,
             waiting=[job_view(job, layout) for job in waiting],
             held=None if held is None else [job_view(job, layout) for job in held],
+            holders=sorted({job.holder for job in held or () if job.holder}),
             now=int(time.time()),
         )
+
+    def job_page(request: Request, raw_only: bool = False) -> Response:
+        layout = request.query_params.get("layout", "")
+        queue = request.query_params.get("name", "")
+        ref = request.query_params.get("id", "")
+        if layout not in admins.layouts or not ref.isdigit():
+            raise HTTPException(404, "a job is named by a layout, a queue and an id")
+        try:
+            with admins.admin(layout) as admin:
+                job = admin.job(queue, int(ref))
+        except InvalidQueueName as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except SchemaMismatch as exc:
+            raise HTTPException(404, f"no {layout} tables in this database: {exc}") from exc
+        except _errors() as exc:
+            return render(request, "error.html", status=503, message=str(exc), title="Unavailable")
+        if job is None:
+            raise HTTPException(404, f"no job {ref} in queue {queue!r}: done, or never there")
+        raw = stored_bytes(job.payload)
+        if raw_only:
+            return download(raw, f"job-{job.id}.bin")
+        summary = summarize(job.payload, layout)
+        return render(
+            request,
+            "job.html",
+            layout=layout,
+            queue=queue,
+            job=job,
+            summary=summary,
+            detail=summary.detail[:RAW_CHARS],
+            raw=raw[:RAW_CHARS].decode("utf-8", "replace"),
+            raw_bytes=len(raw),
+            raw_cut=len(raw) > RAW_CHARS,
+            now=int(time.time()),
+        )
+
+    def job_raw(request: Request) -> Response:
+        """A waiting job's stored bytes as they are, to download."""
+        return job_page(request, raw_only=True)
 
     def layout_of(request: Request) -> str:
         layout = str(request.path_params["layout"])
@@ -426,9 +598,13 @@ def create_app(
     def failed_page(request: Request) -> Response:
         layout = layout_of(request)
         queue = request.query_params.get("queue") or None
+        before_text = request.query_params.get("before", "")
+        if before_text and not before_text.isdigit():
+            raise HTTPException(404, f"no page before {before_text!r}")
+        before = int(before_text) if before_text else None
         try:
             with admins.admin(layout) as admin:
-                rows = admin.failed(queue, PAGE_JOBS)
+                rows = admin.failed(queue, PAGE_JOBS, before)
         except InvalidQueueName as exc:
             raise HTTPException(404, str(exc)) from exc
         except SchemaMismatch as exc:
@@ -440,7 +616,10 @@ def create_app(
             "failed.html",
             layout=layout,
             queue=queue,
+            before=before,
             rows=[failed_view(job, layout) for job in rows],
+            # Keyset pagination: the next page starts below this page's last id.
+            older=rows[-1].id if len(rows) == PAGE_JOBS else None,
         )
 
     def failed_job(layout: str, ref: str) -> FailedJob:
@@ -475,15 +654,7 @@ def create_app(
             job = failed_job(layout, str(request.path_params["ref"]))
         except _errors() as exc:
             return render(request, "error.html", status=503, message=str(exc), title="Unavailable")
-        raw = stored_bytes(job.payload)
-        return Response(
-            raw,
-            media_type="application/octet-stream",
-            headers={
-                "Content-Disposition": f'attachment; filename="failed-{job.id}.bin"',
-                "X-Content-Type-Options": "nosniff",
-            },
-        )
+        return download(stored_bytes(job.payload), f"failed-{job.id}.bin")
 
     async def not_found(request: Request, exc: Exception) -> Response:
         detail = exc.detail if isinstance(exc, HTTPException) else "not found"
@@ -499,6 +670,8 @@ def create_app(
             Route("/", overview, name="overview"),
             Route("/fragments/overview", overview_fragment, name="overview_fragment"),
             Route("/queue", queue_page, name="queue"),
+            Route("/job", job_page, name="job"),
+            Route("/job/raw", job_raw, name="job_raw"),
             Route("/failed/{layout}", failed_page, name="failed"),
             Route("/failed/{layout}/{ref}", failed_detail, name="failed_job"),
             Route("/failed/{layout}/{ref}/raw", failed_raw, name="failed_raw"),
@@ -514,6 +687,18 @@ def create_app(
     # dashboard's connections with app.state.close() at its shutdown.
     app.state.close = admins.close
     return app
+
+
+def download(raw: bytes, filename: str) -> Response:
+    """Stored bytes as they are, to download: never rendered as a page."""
+    return Response(
+        raw,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 @asynccontextmanager

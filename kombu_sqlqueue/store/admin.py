@@ -119,6 +119,11 @@ class QueueAdmin(Protocol):
         ready ones first, then the delayed ones by when they become ready)."""
         ...
 
+    def job(self, queue: str, job_id: int) -> WaitingJob | None:
+        """Job ``job_id`` of ``queue``, held or not (with its holder where the layout records
+        one); None when no such job is there (done, or never was)."""
+        ...
+
     def held(self, queue: str, n: int) -> list[WaitingJob]:
         """The live reservations of ``queue``, the soonest to lapse first, with holders
         (:class:`~kombu_sqlqueue.exceptions.ConfigurationError` from a layout whose table
@@ -133,8 +138,11 @@ class QueueAdmin(Protocol):
         """Hand back every reservation signed ``holder`` (of ``queue``); how many."""
         ...
 
-    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
-        """The newest ``limit`` dead letters (of ``queue``, or of every queue)."""
+    def failed(
+        self, queue: str | None = None, limit: int = 50, before: int | None = None
+    ) -> list[FailedJob]:
+        """The newest ``limit`` dead letters (of ``queue``, or of every queue); ``before``:
+        only rows of a smaller id (the next page: keyset, no OFFSET)."""
         ...
 
     def find_failed(self, ref: str) -> list[FailedJob]:
@@ -276,6 +284,15 @@ def cutoff(now: float, older_than: float | None) -> float:
     return now + 1 if older_than is None else now - older_than
 
 
+#: Above every row id: ``failed(before=None)``'s bound (one statement for every page).
+NO_ID_BOUND = 2**62
+
+
+def below(before: int | None) -> int:
+    """The ``:before`` bound of a page of failed jobs (None: the first page)."""
+    return NO_ID_BOUND if before is None else int(before)
+
+
 def row_ref(ref: str) -> dict[str, Any]:
     """The parameters of a ``*_find`` query for ``ref``: a row id when it is one, and the
     uuid always."""
@@ -382,11 +399,16 @@ class ContractAdmin:
     def held(self, queue: str, n: int) -> list[WaitingJob]:
         return self._waiting(self._store.q.queue_held, queue, n)
 
-    def _waiting(self, query: Any, queue: str, n: int) -> list[WaitingJob]:
-        """The rows of ``queue_peek`` / ``queue_held`` (which adds the reservation)."""
+    def job(self, queue: str, job_id: int) -> WaitingJob | None:
+        found = self._waiting(self._store.q.queue_job, queue, 1, id=int(job_id))
+        return found[0] if found else None
+
+    def _waiting(self, query: Any, queue: str, n: int, **more: Any) -> list[WaitingJob]:
+        """The rows of ``queue_peek`` / ``queue_held`` / ``queue_job`` (the last two add
+        the reservation)."""
         validate_queue_name(queue)
         s = self._store
-        params = {"queue": queue, "now": s._now(), "n": max(0, int(n))}
+        params = {"queue": queue, "now": s._now(), "n": max(0, int(n)), **more}
         found = []
         for i, q, p, pr, at, a, _limit, u, c, *held in read_rows(s, query, params):
             until, by, instance = held or (None, None, None)
@@ -420,12 +442,14 @@ class ContractAdmin:
             for i, u, q, p, e, a, f in rows
         ]
 
-    def failed(self, queue: str | None = None, limit: int = 50) -> list[FailedJob]:
+    def failed(
+        self, queue: str | None = None, limit: int = 50, before: int | None = None
+    ) -> list[FailedJob]:
         s = self._store
         if queue is not None:
             validate_queue_name(queue)
         query = s.q.dead_letter_recent if queue is None else s.q.dead_letter_recent_queue
-        params = {"queue": queue, "limit": max(0, int(limit))}
+        params = {"queue": queue, "limit": max(0, int(limit)), "before": below(before)}
         rows = s._run(lambda tx: tx.execute(query, params).fetchall(), read_only=True, single=True)
         return self._failed(rows)
 

@@ -634,6 +634,15 @@ class Queries(LayoutPrimitives):
          LIMIT :n
         """
     )
+    # One job of a queue by its id, held or not (a job's page).
+    queue_job = sa.text(
+        """
+        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
+               created_at, reserved_until, reserved_by, reserved_instance
+          FROM askr_jobs
+         WHERE id = :id AND queue = :queue
+        """
+    )
     # A queue is known while it has a job, a dead letter or a binding (contract v1 keeps
     # no list of queues).
     queue_known = sa.text(
@@ -645,17 +654,19 @@ class Queries(LayoutPrimitives):
         """
     )
     dead_letter_counts = sa.text("SELECT queue, count(*) FROM askr_failed_jobs GROUP BY queue")
-    # Newest first, as Laravel's queue:failed lists them.
+    # Newest first, as Laravel's queue:failed lists them; a page after the first starts
+    # below the last id shown (keyset: no OFFSET, no scan of the pages before).
     dead_letter_recent = sa.text(
         """
         SELECT id, uuid, queue, payload, exception, attempts, failed_at
-          FROM askr_failed_jobs ORDER BY id DESC LIMIT :limit
+          FROM askr_failed_jobs WHERE id < :before ORDER BY id DESC LIMIT :limit
         """
     )
     dead_letter_recent_queue = sa.text(
         """
         SELECT id, uuid, queue, payload, exception, attempts, failed_at
-          FROM askr_failed_jobs WHERE queue = :queue ORDER BY id DESC LIMIT :limit
+          FROM askr_failed_jobs WHERE queue = :queue AND id < :before
+         ORDER BY id DESC LIMIT :limit
         """
     )
     # By row id or by the job's uuid (a Celery task id): what an operator copies.
