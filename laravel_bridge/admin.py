@@ -17,6 +17,7 @@ from kombu_sqlqueue.store.admin import (
     below,
     cutoff,
     group_attempts,
+    ids_issued,
     merge_stats,
     per_row,
     read_rows,
@@ -149,6 +150,9 @@ class LaravelAdmin:
             "with contract v1's tables (--layout askr); Laravel limits jobs with the "
             "RateLimited job middleware"
         )
+
+    def issued(self) -> tuple[int, int]:
+        return ids_issued(self._store, self._store.q.engine.ids_issued, self.tables)
 
     def attempts(self) -> dict[str, dict[int, int]]:
         return group_attempts(read_rows(self._store, self._store.q.attempts))

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -45,6 +45,7 @@ from ..ops.summary import JobSummary, summarize
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
 from ..store.controls import parse_rate
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
+from .sampler import Sampler
 from .security import CSRF_FIELD, SESSION_COOKIE, Guard, SecurityHeaders
 
 logger = logging.getLogger(__name__)
@@ -429,6 +430,19 @@ def create_app(
     guard = Guard(token)
     env = _environment()
 
+    def read_for_plots(layout: str) -> tuple[list[QueueStats], tuple[int, int]] | None:
+        try:
+            with admins.admin(layout) as admin:
+                return admin.stats(), admin.issued()
+        except SchemaMismatch:  # this layout's tables are not here: nothing to plot
+            return None
+
+    sampler = Sampler(admins.layouts, read_for_plots)
+
+    def close() -> None:
+        sampler.stop()
+        admins.close()
+
     def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         session = guard.session_of(request)
         page = env.get_template(name).render(
@@ -441,6 +455,7 @@ def create_app(
             csrf_field=CSRF_FIELD,
             done=guard.message_of(request.query_params.get("done", "")),
             refresh=REFRESH_SECONDS,
+            sample_seconds=int(sampler.every),
             **context,
         )
         return HTMLResponse(page, status_code=status)
@@ -504,6 +519,15 @@ def create_app(
             **query, done=guard.signed_message(said)
         )
         return RedirectResponse(str(where), status_code=303)
+
+    def series(request: Request) -> Response:
+        """A plot's columns (numbers only: the page draws them with uPlot)."""
+        layout = request.query_params.get("layout", "")
+        queue = request.query_params.get("name") or None
+        if layout not in admins.layouts:
+            raise HTTPException(404, f"no table layout {layout!r}")
+        sampler.start()  # the first plot asked starts the sampling
+        return JSONResponse({"every": sampler.every, **sampler.series(layout, queue)})
 
     def overview_context() -> dict[str, Any]:
         views = [read_layout(admins, layout) for layout in admins.layouts]
@@ -670,6 +694,7 @@ def create_app(
             Route("/", overview, name="overview"),
             Route("/fragments/overview", overview_fragment, name="overview_fragment"),
             Route("/queue", queue_page, name="queue"),
+            Route("/series", series, name="series"),
             Route("/job", job_page, name="job"),
             Route("/job/raw", job_raw, name="job_raw"),
             Route("/failed/{layout}", failed_page, name="failed"),
@@ -681,11 +706,13 @@ def create_app(
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         exception_handlers={HTTPException: not_found},
-        lifespan=lambda _app: _closing(admins),
+        lifespan=lambda _app: _closing(close),
     )
     # A host that mounts the app runs its own lifespan, not this one: it closes the
-    # dashboard's connections with app.state.close() at its shutdown.
-    app.state.close = admins.close
+    # dashboard's connections (and stops its sampling) with app.state.close() at its
+    # shutdown.
+    app.state.close = close
+    app.state.sampler = sampler
     return app
 
 
@@ -702,12 +729,12 @@ def download(raw: bytes, filename: str) -> Response:
 
 
 @asynccontextmanager
-async def _closing(admins: Admins) -> AsyncIterator[None]:
-    """The app's lifespan: its connections are closed when the server stops."""
+async def _closing(close: Callable[[], None]) -> AsyncIterator[None]:
+    """The app's lifespan: its sampling stops and its connections close with the server."""
     try:
         yield
     finally:
-        admins.close()
+        close()
 
 
 def _held(admin: QueueAdmin, queue: str) -> list[WaitingJob] | None:

@@ -106,6 +106,12 @@ class QueueAdmin(Protocol):
         """Every queue holding a job or a dead letter, by name: one grouped query per table."""
         ...
 
+    def issued(self) -> tuple[int, int]:
+        """How many ids the jobs table and the failed table have handed out (rows ever
+        inserted, deleted ones included; 0 before the first): two cheap reads a
+        throughput is counted from."""
+        ...
+
     def attempts(self) -> dict[str, dict[int, int]]:
         """Per queue, how many of its jobs have used how many attempts."""
         ...
@@ -306,6 +312,19 @@ def read_rows(store: StoreRunner, query: Any, params: Mapping[str, Any] | None =
     )
 
 
+def ids_issued(
+    store: StoreRunner, statement: Callable[[str], Any], tables: tuple[str, str]
+) -> tuple[int, int]:
+    """:meth:`QueueAdmin.issued` of a layout's two tables, by ``statement`` (the engine's
+    ``ids_issued``)."""
+
+    def work(tx: Tx) -> tuple[int, int]:
+        jobs, failed = (tx.execute(statement(table)).fetchone() for table in tables)
+        return int((jobs or [0])[0] or 0), int((failed or [0])[0] or 0)
+
+    return store._run(work, read_only=True)
+
+
 def per_row(store: StoreRunner, ids: Sequence[int], settle: Callable[[Tx, int, int], bool]) -> int:
     """``settle(tx, id, now)`` for each of ``ids``, :data:`ADMIN_CHUNK` ids a transaction
     (a retry of thousands neither holds one long transaction nor pays a commit each);
@@ -384,6 +403,9 @@ class ContractAdmin:
     def resume(self, queue: str) -> bool:
         """End a pause of ``queue``; False when it was not paused (``JobStore.resume``)."""
         return self._store.resume(queue)
+
+    def issued(self) -> tuple[int, int]:
+        return ids_issued(self._store, self._store.q.ids_issued, self.tables)
 
     def attempts(self) -> dict[str, dict[int, int]]:
         return group_attempts(read_rows(self._store, self._store.q.queue_attempts))

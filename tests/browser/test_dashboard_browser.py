@@ -160,3 +160,31 @@ def test_an_operator_signs_in_and_purges_a_queue(
     finally:
         check.close()
     assert severe(browser) == []
+
+
+def test_plots_of_depth_and_throughput_draw_and_update(
+    browser: Any, serve: Callable[..., str], db_file: str
+) -> None:
+    """uPlot draws the overview's two plots per layout (depth, jobs per second) and a
+    queue's depth, under the page's Content-Security-Policy (no console error), and they
+    take each new sample without a reload."""
+    store = JobStore(db_file)
+    try:
+        store.enqueue_many([NewJob("plotted", b"%d" % n) for n in range(5)])
+    finally:
+        store.close()
+    base = serve(create_app(db_file))
+    severe(browser)
+    browser.get(base + "/")
+    wait = WebDriverWait(browser, 20)
+    box = 'section.plots[data-layout="askr"] [data-series]'
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, box + " .uplot canvas")) == 2)
+    titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, box + " .u-title")]
+    assert titles == ["jobs waiting and held", "jobs per second"]
+    # The sampler samples every 5 s: a second sample reaches the plots by itself.
+    wait.until(
+        lambda b: int(b.find_element(By.CSS_SELECTOR, box).get_attribute("data-samples") or 0) >= 2
+    )
+    browser.get(base + "/queue?layout=askr&name=plotted")
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "[data-series] .uplot canvas")) == 1)
+    assert severe(browser) == []

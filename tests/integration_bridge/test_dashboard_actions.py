@@ -233,3 +233,43 @@ def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
         assert (row.concurrency, row.rate, row.key_concurrency) == (None, None, None)
     finally:
         admin.close()
+
+
+def test_the_plots_count_jobs_that_came_and_went_between_samples(db_url: str) -> None:
+    """Throughput from the ids each table handed out: jobs enqueued and done between two
+    samples count though the table is empty at both (MAX(id) would forget them), on both
+    layouts; a queue's depth plot is that queue's."""
+    app = create_app(db_url)
+    with TestClient(app) as client:
+        store = JobStore(db_url)
+        laravel = LaravelQueue(db_url, "laravel")
+        try:
+            store.enqueue(NewJob("seen", b"0"))
+            laravel.dispatch("App\\Jobs\\A", {}, queue="mail")
+            app.state.sampler.sample_now()
+            store.enqueue_many([NewJob("q", b"%d" % n) for n in range(6)])
+            jobs = store.claim("q", 6, 60).jobs
+            for job in jobs[:5]:
+                assert store.ack(job.receipt)
+            assert store.dead_letter(jobs[5].receipt, "ValueError")
+            store.enqueue_many([NewJob("seen", b"1"), NewJob("seen", b"2")])
+            laravel.dispatch("App\\Jobs\\A", {}, queue="mail")
+            app.state.sampler.sample_now()
+        finally:
+            store.close()
+            laravel.close()
+        # The figures as the two samples left them (asking /series starts the sampling
+        # thread, whose samples would come after these).
+        sampler = app.state.sampler
+        whole = sampler.series("askr")
+        assert whole["ready"] == [1, 3]
+        seconds = whole["t"][-1] - whole["t"][-2]
+        enqueued, done, failed = (whole[k][-1] * seconds for k in ("enqueued", "done", "failed"))
+        assert (round(enqueued), round(done), round(failed)) == (8, 5, 1)
+        mail = sampler.series("laravel")
+        assert mail["ready"] == [1, 2] and round(mail["enqueued"][-1] * seconds) == 1
+        one = sampler.series("askr", "q")
+        assert one["ready"] == [0, 0] and one["enqueued"] == [None, None]
+        served = client.get("/series", params={"layout": "askr", "name": "q"}).json()
+        assert served["t"][:2] == one["t"] and served["every"] == 5.0
+        assert client.get("/series", params={"layout": "nosuch"}).status_code == 404

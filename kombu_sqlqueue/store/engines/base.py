@@ -173,6 +173,17 @@ class LayoutPrimitives:
         return value if isinstance(value, str) else bytes(value)
 
     @staticmethod
+    def ids_issued(table: str) -> sa.Executable:
+        """The highest ``id`` ``table`` has handed out (its autoincrement's high-water mark,
+        NULL before the first): rows ever inserted, those since deleted included — what a
+        throughput is counted from (``MAX(id)`` forgets the rows of an emptied table).
+        SQLite: AUTOINCREMENT's ``sqlite_sequence`` row (contract v1 and Laravel's
+        migrations both declare AUTOINCREMENT)."""
+        return sa.text("SELECT seq FROM sqlite_sequence WHERE name = :table").bindparams(
+            table=table
+        )
+
+    @staticmethod
     def returning_id(insert: sa.Insert, id_column: Any) -> sa.Executable:
         """``insert`` of one row, made to hand back its generated ``id_column``
         (:meth:`inserted_id` reads it)."""

@@ -79,6 +79,15 @@ class MySQLQueries(Queries):
     # every enlist block.
     identity_lasts = False
 
+    @staticmethod
+    def ids_issued(table: str) -> sa.Executable:
+        # The table's next AUTO_INCREMENT, less one. MariaDB reads it from InnoDB live;
+        # MySQL 8 caches it (information_schema_stats_expiry, 24 h by default).
+        return sa.text(
+            "SELECT AUTO_INCREMENT - 1 FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table"
+        ).bindparams(table=table)
+
     queue_add = sa.text(
         """
         INSERT IGNORE INTO askr_queues (name, expires_seconds, last_used_at, message_ttl_ms)

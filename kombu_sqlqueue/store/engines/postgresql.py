@@ -210,6 +210,15 @@ class PostgreSQLQueries(Queries):
     )
 
     @staticmethod
+    def ids_issued(table: str) -> sa.Executable:
+        # The id column's sequence (serial or identity) — its last value, without
+        # advancing it (nextval would), NULL before the first.
+        return sa.text(
+            "SELECT pg_sequence_last_value("
+            "CAST(pg_get_serial_sequence(:table, 'id') AS regclass))"
+        ).bindparams(table=table)
+
+    @staticmethod
     def insert_or_nothing(table: sa.Table) -> Any:
         # The same ON CONFLICT DO NOTHING, as PostgreSQL's dialect renders it.
         return pg_insert(table).on_conflict_do_nothing()
