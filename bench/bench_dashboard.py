@@ -496,6 +496,10 @@ class Capture:
         return found
 
     def add(self, sql: str, args: Any) -> Statement | None:
+        # The dashboard's plot sampler (a thread of its own, started by the first /series
+        # request: this script asks for none) is not the request's.
+        if "sampler" in threading.current_thread().name:
+            return None
         with self.lock:
             if self.found is None:
                 return None
@@ -772,27 +776,42 @@ def seed(url: str, engine: str, args: argparse.Namespace, now: int) -> tuple[flo
     return seeded, analyzed, db
 
 
-def pick(db: Any, failed_table: str) -> tuple[int, str]:
-    """A dead letter in the middle of ``failed_table``: its id and uuid."""
+@dataclass(frozen=True)
+class Picked:
+    """Rows the pages name: a dead letter in the middle of the failed table (id, uuid),
+    and a waiting job of the big queue."""
+
+    failed_id: int
+    failed_uuid: str
+    job_id: int
+
+
+def pick(db: Any, jobs_table: str, failed_table: str, big: str) -> Picked:
     with db.connect() as conn:
         lo, hi = conn.exec_driver_sql(f"SELECT min(id), max(id) FROM {failed_table}").one()
         mid = (int(lo) + int(hi)) // 2
         row = conn.exec_driver_sql(
             f"SELECT id, uuid FROM {failed_table} WHERE id >= {mid} ORDER BY id LIMIT 1"
         ).one()
-    return int(row[0]), str(row[1])
+        job = conn.exec_driver_sql(
+            f"SELECT max(id) FROM {jobs_table} WHERE queue = '{big}'"
+        ).scalar_one()
+    return Picked(int(row[0]), str(row[1]), int(job))
 
 
-def pages_of(layout: str, big: str, small: str, failed_id: int, failed_uuid: str) -> list[tuple]:
-    return [
+def pages_of(layout: str, big: str, small: str, picked: Picked, routes: set[str]) -> list[tuple]:
+    """The pages of one layout an operator opens (those of the routes the app has)."""
+    pages = [
         ("queue page, big queue", f"/queue?layout={layout}&name={big}"),
         ("queue page, small queue", f"/queue?layout={layout}&name={small}"),
+        ("job page", f"/job?layout={layout}&name={big}&id={picked.job_id}"),
         ("failed list", f"/failed/{layout}"),
         ("failed list, big queue", f"/failed/{layout}?queue={big}"),
         ("failed list, rare queue", f"/failed/{layout}?queue={RARE_FAILED_QUEUE}"),
-        ("failed job by id", f"/failed/{layout}/{failed_id}"),
-        ("failed job by uuid", f"/failed/{layout}/{failed_uuid}"),
+        ("failed job by id", f"/failed/{layout}/{picked.failed_id}"),
+        ("failed job by uuid", f"/failed/{layout}/{picked.failed_uuid}"),
     ]
+    return [(label, path) for label, path in pages if path.split("?")[0].split("/")[1] in routes]
 
 
 def app_notes() -> list[str]:
@@ -825,11 +844,12 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
     seeded, analyzed, db = seed(url, engine, args, now)
     tables = ["askr_jobs", "askr_failed_jobs"] + (["jobs", "failed_jobs"] if args.laravel else [])
     sizes = table_bytes(db, engine, tables)
-    failed_id, failed_uuid = pick(db, "askr_failed_jobs")
     failures: list[str] = []
 
     install_capture()
     app = create_app("sqlqueue+" + url)
+    # The first segment of every route's path: pages of routes this tree lacks are skipped.
+    routes = {str(getattr(r, "path", "/x")).split("/")[1] for r in app.routes}
     pages: list[Timed] = []
     with TestClient(app, base_url="http://127.0.0.1") as client:
 
@@ -843,13 +863,14 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
             return call
 
         plan = [("overview", "/"), ("overview refresh (htmx)", "/fragments/overview")]
-        plan += pages_of("askr", QUEUES[0], QUEUES[-1], failed_id, failed_uuid)
+        picked = pick(db, "askr_jobs", "askr_failed_jobs", QUEUES[0])
+        plan += pages_of("askr", QUEUES[0], QUEUES[-1], picked, routes)
         if args.laravel:
-            lid, luuid = pick(db, "failed_jobs")
+            picked = pick(db, "jobs", "failed_jobs", LARAVEL_QUEUES[0])
             plan += [
                 (f"laravel: {label}", path)
                 for label, path in pages_of(
-                    "laravel", LARAVEL_QUEUES[0], LARAVEL_QUEUES[-1], lid, luuid
+                    "laravel", LARAVEL_QUEUES[0], LARAVEL_QUEUES[-1], picked, routes
                 )
             ]
         for label, path in plan:
@@ -862,20 +883,25 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
                 flush=True,
             )
 
-    # QueueAdmin.stats() alone (what the overview calls per layout).
+    # The admin's reads alone: stats() (what the overview calls per layout), holders()
+    # (the CLI's "held by"), issued() (what the plots' sampler adds to stats() every 5 s).
     stats: list[Timed] = []
     admins = []
     for layout in ["askr", *(["laravel"] if args.laravel else [])]:
         admin = open_admin("sqlqueue+" + url, layout)
         admins.append(admin)
+        for verb in ("stats", "holders", "issued"):
+            if not callable(getattr(admin, verb, None)):
+                continue
 
-        def call(admin: Any = admin) -> int:
-            admin.stats()
-            return 200
+            def call(admin: Any = admin, verb: str = verb) -> int:
+                getattr(admin, verb)()
+                return 200
 
-        timed = timed_calls(f"QueueAdmin.stats() [{layout}]", "-", call, args.warmup, args.repeat)
-        stats.append(timed)
-        print(f"  {timed.label:34} {timed.median:7.3f} s median, {timed.max:7.3f} s max")
+            label = f"QueueAdmin.{verb}() [{layout}]"
+            timed = timed_calls(label, "-", call, args.warmup, args.repeat)
+            stats.append(timed)
+            print(f"  {timed.label:34} {timed.median:7.3f} s median, {timed.max:7.3f} s max")
     names = statement_names(admins, db.dialect)
     for admin in admins:
         admin.close()

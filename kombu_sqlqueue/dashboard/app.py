@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from ..exceptions import (
 )
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
-from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob, holders_by_queue
 from ..store.controls import parse_rate
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
 from .sampler import Sampler
@@ -149,7 +149,9 @@ def read_layout(admins: Admins, layout: str) -> LayoutView:
     """``layout``'s queues (stats, holders), or why not."""
     try:
         with admins.admin(layout) as admin:
-            return LayoutView(layout, admin.tables, admin.stats())
+            held = holders_by_queue(admin.holders())
+            queues = [replace(row, holders=held.get(row.queue, {})) for row in admin.stats()]
+            return LayoutView(layout, admin.tables, queues)
     except SchemaMismatch:
         return LayoutView(layout, absent=True)
     except _errors() as exc:
@@ -186,8 +188,18 @@ class FailedView:
 
 def failed_view(job: FailedJob, layout: str) -> FailedView:
     summary = summarize(job.payload, layout)
-    headline = (job.exception or "").strip().splitlines()[:1]
-    return FailedView(job, summary, summary.detail[:DETAIL_CHARS], (headline or [""])[0][:300])
+    return FailedView(job, summary, summary.detail[:DETAIL_CHARS], headline_of(job.exception))
+
+
+def headline_of(exception: str | None) -> str:
+    """An exception's one line for a list: Laravel's first (``Class: message in file:line``);
+    of a Python traceback the last unindented one (the type and message, which Python
+    prints after the frames)."""
+    lines = [line for line in (exception or "").strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback (most recent call last)"):
+        last = [line for line in lines if not line[:1].isspace()]
+        lines = last[-1:] or lines
+    return (lines or [""])[0][:300]
 
 
 #: Where an action sends the browser back to: a route's name, its path parameters and its

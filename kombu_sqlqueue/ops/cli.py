@@ -24,7 +24,7 @@ import click
 from .._version import __version__
 from ..exceptions import InvalidControl, SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
-from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob
+from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob, holders_by_queue
 from ..store.controls import Rate, parse_rate
 from ..store.database import schema_ddl
 from ..store.layouts import (
@@ -243,10 +243,7 @@ def create_tables(url: str, sql: bool, **kw: Any) -> None:
 def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
     found = admin.stats()
     histogram = admin.attempts()
-    held: dict[str, dict[str, int]] = {}
-    for h in admin.holders():
-        by = held.setdefault(h.queue, {})
-        by[h.holder or "-"] = by.get(h.holder or "-", 0) + h.jobs
+    held = holders_by_queue(admin.holders())
     by_name = {s.queue: s for s in found}
     wanted = queues or [s.queue for s in found]
     return [

@@ -276,6 +276,16 @@ def with_control(row: QueueStats, control: QueueControl, now: int, now_us: int) 
     )
 
 
+def holders_by_queue(holdings: Sequence[Holding]) -> dict[str, dict[str, int]]:
+    """Queue → holder name (``-``: unsigned) → live reservations: what
+    :attr:`QueueStats.holders` shows, from :meth:`QueueAdmin.holders`."""
+    held: dict[str, dict[str, int]] = {}
+    for h in holdings:
+        by = held.setdefault(h.queue, {})
+        by[h.holder or "-"] = by.get(h.holder or "-", 0) + h.jobs
+    return held
+
+
 def group_attempts(rows: Sequence[Sequence[Any]]) -> dict[str, dict[int, int]]:
     """(queue, attempts, count) rows as queue → {attempts: count}."""
     grouped: dict[str, dict[int, int]] = {}

@@ -87,6 +87,8 @@ def test_held_jobs_show_their_holder(db_url: str, client: TestClient) -> None:
         store.close()
     page = client.get("/queue", params={"layout": "askr", "name": "work"}).text
     assert f'data-job="{held.id}"' in page and "celery@host-1" in page
+    overview = client.get("/").text.split('data-queue="work"')[1].split("</tr>")[0]
+    assert "celery@host-1: 1" in overview  # the overview's "held by"
 
 
 def laravel_queue_named(db_url: str, name: str, display: str = "App\\Jobs\\A") -> None:

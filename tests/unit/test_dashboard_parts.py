@@ -1,6 +1,6 @@
-"""The dashboard's plots' arithmetic: throughput from the ids each table handed out and
-the jobs table's growth; depths per layout and per queue; a database that could not be
-read leaves a gap, not a zero."""
+"""The dashboard's parts without a server: the plots' arithmetic (throughput from the ids
+each table handed out and the jobs table's growth; depths per layout and per queue; a
+database that could not be read leaves a gap, not a zero) and a failed job's headline."""
 
 from __future__ import annotations
 
@@ -57,3 +57,21 @@ def test_series_per_layout_and_queue_with_gaps_where_a_read_failed() -> None:
     assert whole["enqueued"][:2] == [None, None] and whole["enqueued"][2] is not None
     assert sampler.series("askr", "b")["delayed"] == [2, None, 0]  # b drained: 0, not a gap
     assert sampler.series("other")["ready"] == [None, None, None]
+
+
+def test_a_failed_job_s_headline_is_the_exception_not_traceback_s_first_line() -> None:
+    from kombu_sqlqueue.dashboard.app import headline_of
+
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "t.py", line 1, in f\n    raise ValueError("x")\n'
+        "ValueError: card declined\n"
+    )
+    assert headline_of(trace) == "ValueError: card declined"
+    assert headline_of("Exception: SMTP down in /app/Job.php:12\nStack trace:\n#0 …") == (
+        "Exception: SMTP down in /app/Job.php:12"
+    )
+    assert headline_of(None) == "" and headline_of("\n\n") == ""
+    assert headline_of("Traceback (most recent call last):\n  only frames") == (
+        "Traceback (most recent call last):"
+    )
