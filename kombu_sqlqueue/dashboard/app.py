@@ -12,6 +12,7 @@ error page, and the next refresh tries again.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -476,7 +477,15 @@ def create_app(
         if request.method == "GET":
             return render(request, "login.html")
         form = await request.form()
+        client = request.client.host if request.client else "-"
+        wait = guard.sign_in_wait(client)
+        if wait:
+            return render(
+                request, "login.html", status=429,
+                error=f"Too many wrong tokens: try again in {math.ceil(wait)} s.",
+            )  # fmt: skip
         if not guard.token_matches(str(form.get("token", ""))):
+            guard.sign_in_failed(client)
             return render(request, "login.html", status=403, error="That is not the token.")
         response = RedirectResponse(request.url_for("overview"), status_code=303)
         response.set_cookie(

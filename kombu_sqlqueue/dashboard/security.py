@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -26,6 +27,12 @@ SESSION_COOKIE = "ksq_session"
 CSRF_FIELD = "csrf"
 #: How long a sign-in lasts (seconds).
 SESSION_SECONDS = 12 * 3600
+#: Wrong tokens one client address may send per :data:`SIGN_IN_WINDOW` seconds; more are
+#: refused unread (a token guessed at that pace is not guessed).
+SIGN_IN_FAILURES = 10
+SIGN_IN_WINDOW = 60.0
+#: Client addresses whose failures are remembered at once (the oldest forgotten first).
+SIGN_IN_CLIENTS = 10_000
 
 
 def _same(given: str, expected: str) -> bool:
@@ -40,6 +47,23 @@ class Guard:
 
     token: str | None
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    #: Client address → when its recent wrong tokens came (monotonic seconds).
+    failures: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
+
+    def sign_in_wait(self, client: str, now: float | None = None) -> float:
+        """Seconds ``client`` must wait before its next sign-in is read (0: none)."""
+        now = time.monotonic() if now is None else now
+        recent = [t for t in self.failures.get(client, []) if now - t < SIGN_IN_WINDOW]
+        if len(recent) < SIGN_IN_FAILURES:
+            return 0.0
+        return SIGN_IN_WINDOW - (now - recent[0])
+
+    def sign_in_failed(self, client: str, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        recent = [t for t in self.failures.pop(client, []) if now - t < SIGN_IN_WINDOW]
+        self.failures[client] = [*recent, now][-SIGN_IN_FAILURES:]
+        while len(self.failures) > SIGN_IN_CLIENTS:
+            self.failures.popitem(last=False)
 
     @property
     def read_only(self) -> bool:

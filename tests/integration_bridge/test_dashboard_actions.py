@@ -273,3 +273,15 @@ def test_the_plots_count_jobs_that_came_and_went_between_samples(db_url: str) ->
         served = client.get("/series", params={"layout": "askr", "name": "q"}).json()
         assert served["t"][:2] == one["t"] and served["every"] == 5.0
         assert client.get("/series", params={"layout": "nosuch"}).status_code == 404
+
+
+def test_wrong_tokens_are_throttled_per_client(db_url: str) -> None:
+    """Ten wrong tokens a minute from one address; then even the right one waits (429)."""
+    from kombu_sqlqueue.dashboard.security import SIGN_IN_FAILURES
+
+    with TestClient(create_app(db_url, token=TOKEN), follow_redirects=False) as client:
+        for _ in range(SIGN_IN_FAILURES):
+            assert client.post("/login", data={"token": "guess"}).status_code == 403
+        refused = client.post("/login", data={"token": TOKEN})
+        assert refused.status_code == 429 and "Too many wrong tokens" in refused.text
+        assert "ksq_session" not in refused.headers.get("set-cookie", "")

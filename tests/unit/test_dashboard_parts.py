@@ -75,3 +75,14 @@ def test_a_failed_job_s_headline_is_the_exception_not_traceback_s_first_line() -
     assert headline_of("Traceback (most recent call last):\n  only frames") == (
         "Traceback (most recent call last):"
     )
+
+
+def test_sign_in_failures_are_counted_per_client_in_a_window() -> None:
+    from kombu_sqlqueue.dashboard.security import SIGN_IN_FAILURES, SIGN_IN_WINDOW, Guard
+
+    guard = Guard("t")
+    for n in range(SIGN_IN_FAILURES):
+        guard.sign_in_failed("10.0.0.1", now=100.0 + n)
+    assert guard.sign_in_wait("10.0.0.1", now=110.0) == pytest.approx(SIGN_IN_WINDOW - 10)
+    assert guard.sign_in_wait("10.0.0.2", now=110.0) == 0  # another client
+    assert guard.sign_in_wait("10.0.0.1", now=100.0 + SIGN_IN_WINDOW) == 0  # the window passed
