@@ -203,6 +203,40 @@ def headline_of(exception: str | None) -> str:
     return (lines or [""])[0][:300]
 
 
+#: The most failed jobs one page with a search reads (newest first, keyset batches): a
+#: search never reads the whole table in one request; "older" goes on below.
+SEARCH_SCAN = 5000
+
+
+def failed_rows(
+    admin: QueueAdmin, layout: str, queue: str | None, before: int | None, search: str
+) -> tuple[list[FailedView], int | None]:
+    """A page of failed jobs below ``before`` (None: the newest) and where the next page
+    starts (None: no older row). With ``search``, only the ones whose task or class name
+    or exception holds it (case-insensitive, in the decoded payload — what the list
+    shows, not the stored bytes), reading at most :data:`SEARCH_SCAN` rows."""
+    if not search:
+        rows = admin.failed(queue, PAGE_JOBS, before)
+        # Keyset pagination: the next page starts below this page's last id.
+        return [failed_view(job, layout) for job in rows], (
+            rows[-1].id if len(rows) == PAGE_JOBS else None
+        )
+    wanted, found, read = search.casefold(), list[FailedView](), 0
+    while read < SEARCH_SCAN:
+        rows = admin.failed(queue, min(500, SEARCH_SCAN - read), before)
+        for job in rows:
+            read += 1
+            before = job.id
+            view = failed_view(job, layout)
+            if wanted in view.summary.name.casefold() or wanted in (job.exception or "").casefold():
+                found.append(view)
+                if len(found) == PAGE_JOBS:
+                    return found, job.id
+        if len(rows) < 500:
+            return found, None  # the oldest row was read
+    return found, before
+
+
 #: Where an action sends the browser back to: a route's name, its path parameters and its
 #: query parameters.
 Back = tuple[str, dict[str, str], dict[str, str]]
@@ -647,9 +681,10 @@ def create_app(
         if before_text and not before_text.isdigit():
             raise HTTPException(404, f"no page before {before_text!r}")
         before = int(before_text) if before_text else None
+        search = request.query_params.get("search", "").strip()
         try:
             with admins.admin(layout) as admin:
-                rows = admin.failed(queue, PAGE_JOBS, before)
+                views, older = failed_rows(admin, layout, queue, before, search)
         except InvalidQueueName as exc:
             raise HTTPException(404, str(exc)) from exc
         except SchemaMismatch as exc:
@@ -661,10 +696,11 @@ def create_app(
             "failed.html",
             layout=layout,
             queue=queue,
+            search=search,
             before=before,
-            rows=[failed_view(job, layout) for job in rows],
-            # Keyset pagination: the next page starts below this page's last id.
-            older=rows[-1].id if len(rows) == PAGE_JOBS else None,
+            rows=views,
+            older=older,
+            scanned=SEARCH_SCAN if search else None,
         )
 
     def failed_job(layout: str, ref: str) -> FailedJob:

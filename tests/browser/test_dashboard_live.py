@@ -26,15 +26,15 @@ from selenium.webdriver.support.wait import WebDriverWait
 from kombu_sqlqueue.dashboard import create_app
 
 # The e2e suites' helpers and apps, imported from their folders (not on sys.path when only
-# this folder runs).
+# this folder runs; nor on mypy's path when it checks this file alone, hence the ignores).
 TESTS = Path(__file__).resolve().parent.parent
 for _folder in ("e2e", "e2e_laravel"):
     if str(TESTS / _folder) not in sys.path:
         sys.path.insert(0, str(TESTS / _folder))
 
-from apps.celery_app import QUEUE  # type: ignore[import-not-found]  # noqa: E402
+from apps.celery_app import QUEUE  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 from apps.celery_app import create_app as celery_app  # noqa: E402
-from e2e_harness import (  # type: ignore[import-not-found]  # noqa: E402
+from e2e_harness import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     E2E_DIR,
     Proc,
     celery_worker_args,
@@ -42,13 +42,13 @@ from e2e_harness import (  # type: ignore[import-not-found]  # noqa: E402
     task_events,
     wait_until,
 )
-from laravel_harness import (  # type: ignore[import-not-found]  # noqa: E402
+from laravel_harness import (  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
     PDO_DRIVERS,
     LaravelQueueHarness,
     parse_status_lines,
 )
-from laravel_support import require_laravel, sql_engine  # type: ignore[import-not-found]  # noqa: E402
-from support import unavailable  # type: ignore[import-not-found]  # noqa: E402
+from laravel_support import require_laravel, sql_engine  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
+from support import unavailable  # type: ignore[import-not-found, unused-ignore]  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -285,3 +285,22 @@ def test_wrong_tokens_are_throttled_per_client(db_url: str) -> None:
         refused = client.post("/login", data={"token": TOKEN})
         assert refused.status_code == 429 and "Too many wrong tokens" in refused.text
         assert "ksq_session" not in refused.headers.get("set-cookie", "")
+
+
+def test_failed_jobs_are_searched_by_name_or_exception(db_url: str, signed_in: TestClient) -> None:
+    store = JobStore(db_url)
+    try:
+        store.enqueue_many([NewJob("s", b"%d" % n) for n in range(PAGE_JOBS + 20)])
+        for n, job in enumerate(store.claim("s", PAGE_JOBS + 20, 60).jobs):
+            reason = "CardDeclined: no" if n % 2 else "Timeout: slow"
+            assert store.dead_letter(
+                job.receipt, f"Traceback (most recent call last):\n  x\n{reason}"
+            )
+    finally:
+        store.close()
+    first = signed_in.get("/failed/askr", params={"search": "carddeclined"}).text
+    assert len(listed(first)) == (PAGE_JOBS + 20) // 2 and 'class="older"' not in first
+    assert "Timeout" not in first and "CardDeclined: no" in first
+    both = signed_in.get("/failed/askr", params={"search": "ceback"}).text  # the exception's text
+    assert len(listed(both)) == PAGE_JOBS and 'class="older"' in both and "search=ceback" in both
+    assert listed(signed_in.get("/failed/askr", params={"search": "nothing-like-it"}).text) == []
