@@ -56,6 +56,12 @@ def stored_hostile(db_url: str) -> None:
     store = JobStore(db_url)
     try:
         store.enqueue_many([NewJob("evil", t.encode() + b"\xff") for t in HOSTILE])
+        # Failed ones too: the failed list and a failed job's page show the exception.
+        store.enqueue_many([NewJob("evil-failed", t.encode()) for t in HOSTILE])
+        for job, text in zip(
+            store.claim("evil-failed", len(HOSTILE), 60).jobs, HOSTILE, strict=True
+        ):
+            assert store.dead_letter(job.receipt, f"Traceback (most recent call last):\n{text}")
     finally:
         store.close()
     table = open_table(db_url, "laravel")
@@ -91,12 +97,25 @@ def test_hostile_values_render_inertly(
     assert {r.get_attribute("data-queue") for r in laravel_rows} >= set(HOSTILE)
     time.sleep(2.5)  # a refresh of the overview (htmx, every 2 s) has come and gone
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
-    for link in [
-        a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "tbody a")
-    ]:
+    # Every page a link leads to, and the pages their links lead to (a queue's jobs,
+    # a failed job): none runs what a producer wrote.
+    to_visit = [a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "tbody a")]
+    seen: set[str] = set()
+    depth = {link: 1 for link in to_visit}
+    while to_visit:
+        link = to_visit.pop()
+        if link in seen:
+            continue
+        seen.add(link)
         assert link.startswith(base + "/"), link  # no javascript: link
         browser.get(link)
         assert browser.execute_script("return typeof window.__pwned") == "undefined", link
+        if depth[link] < 2:
+            for a in browser.find_elements(By.CSS_SELECTOR, "tbody a"):
+                found = a.get_attribute("href")
+                depth.setdefault(found, 2)
+                to_visit.append(found)
+    assert any("/job?" in link for link in seen) and any("/failed/" in link for link in seen)
     assert severe(browser) == []
 
 
