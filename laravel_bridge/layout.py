@@ -35,11 +35,30 @@ def summarize(payload: bytes | str) -> JobSummary:
     name = parsed.display_name or parsed.job
     if parsed.is_encrypted:
         return JobSummary("laravel", name, "(encrypted: needs APP_KEY)")
+    rules = _rules(parsed)
     try:
         properties = parsed.command().properties
     except Exception as exc:  # a command PHP wrote that we cannot read: still a summary
-        return JobSummary("laravel", name, f"(command unreadable: {exc})")
-    return JobSummary("laravel", name, short(properties))
+        return JobSummary("laravel", name, f"(command unreadable: {exc}){rules}")
+    return JobSummary("laravel", name, short(properties) + rules)
+
+
+def _rules(parsed: Payload) -> str:
+    """The retry rules the payload carries, as Laravel names them (``tries=3
+    backoff=10,30``), after the properties; "" when it carries none."""
+    data = parsed.data
+    shown = [
+        f"{label}={str(data[key])[:40]}"
+        for label, key in (
+            ("tries", "maxTries"),
+            ("maxExceptions", "maxExceptions"),
+            ("backoff", "backoff"),
+            ("timeout", "timeout"),
+            ("retryUntil", "retryUntil"),
+        )  # fmt: skip
+        if data.get(key) is not None
+    ]
+    return f" ({' '.join(shown)})" if shown else ""
 
 
 class LaravelLayout:

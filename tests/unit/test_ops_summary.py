@@ -54,6 +54,14 @@ def test_a_laravel_job_by_class_and_properties_on_either_layout() -> None:
         )
 
 
+def test_a_laravel_job_s_retry_rules_follow_its_properties() -> None:
+    payload = Payload.build(
+        JobCommand.build("App\\Jobs\\Send", {"invoiceId": 7}), max_tries=3, backoff=[10, 30]
+    ).to_json()
+    found = summarize(payload, "laravel")
+    assert found.detail == "{'invoiceId': 7} (tries=3 backoff=10,30)"
+
+
 def test_long_arguments_are_abbreviated() -> None:
     stored = stored_kombu_message([["x" * 10_000], {}, {}], headers={"task": "t", "id": "i"})
     assert len(summarize(stored).detail) < 120
