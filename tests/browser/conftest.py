@@ -20,9 +20,9 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Headless Chromium (a profile of its own; no network beyond 127.0.0.1 needed), its
-    console log kept (``browser.get_log("browser")``)."""
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Headless Chromium for the session (a profile of its own; no network beyond
+    127.0.0.1 needed), its console log kept (``browser.get_log("browser")``)."""
     for path in (CHROMIUM, CHROMEDRIVER):
         if not Path(path).exists():
             unavailable(f"{path} is not installed (apt-get install chromium chromium-driver)")
@@ -45,6 +45,18 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: Any, serve: Callable[..., str]) -> Iterator[Any]:
+    """The session's browser on a blank page, its console emptied; blank again at the end,
+    before the test's dashboard stops (``serve``'s teardown comes after this one): a page
+    left open would go on polling a server that is gone (the overview's refresh, its
+    plots), and its console errors would be the next test's."""
+    chromium.get("about:blank")
+    chromium.get_log("browser")
+    yield chromium
+    chromium.get("about:blank")
 
 
 @pytest.fixture

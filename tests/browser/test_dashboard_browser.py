@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from browser_support import console_errors
 from kombu import Connection
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -29,14 +30,6 @@ HOSTILE = [
     "<svg onload=window.__pwned=1>",
     "javascript:window.__pwned=1",
 ]
-
-
-def severe(browser: Any) -> list[dict[str, Any]]:
-    """The console's errors since the last call (a 404 of a favicon is not one of ours)."""
-    return [
-        e for e in browser.get_log("browser")
-        if e["level"] == "SEVERE" and "favicon.ico" not in e["message"]
-    ]  # fmt: skip
 
 
 def stored_hostile(db_url: str) -> None:
@@ -90,7 +83,7 @@ def test_hostile_values_render_inertly(
 ) -> None:
     stored_hostile(db_file)
     base = serve(create_app(db_file))
-    severe(browser)
+    console_errors(browser)
     browser.get(base + "/")
     assert browser.find_element(By.CSS_SELECTOR, 'section[data-layout="askr"]')
     laravel_rows = browser.find_elements(By.CSS_SELECTOR, 'section[data-layout="laravel"] tbody tr')
@@ -116,7 +109,7 @@ def test_hostile_values_render_inertly(
                 depth.setdefault(found, 2)
                 to_visit.append(found)
     assert any("/job?" in link for link in seen) and any("/failed/" in link for link in seen)
-    assert severe(browser) == []
+    assert console_errors(browser) == []
 
 
 def ready_of(browser: Any, queue: str) -> str:
@@ -149,7 +142,7 @@ def test_the_overview_refreshes_itself(
     while ready_of(browser, "mail") != "2" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ready_of(browser, "mail") == "2"  # without a reload
-    assert severe(browser) == []
+    assert console_errors(browser) == []
 
 
 def test_an_operator_signs_in_and_purges_a_queue(
@@ -178,7 +171,7 @@ def test_an_operator_signs_in_and_purges_a_queue(
         assert check.size("reports") == 0
     finally:
         check.close()
-    assert severe(browser) == []
+    assert console_errors(browser) == []
 
 
 def test_plots_of_depth_and_throughput_draw_and_update(
@@ -193,7 +186,7 @@ def test_plots_of_depth_and_throughput_draw_and_update(
     finally:
         store.close()
     base = serve(create_app(db_file))
-    severe(browser)
+    console_errors(browser)
     browser.get(base + "/")
     wait = WebDriverWait(browser, 20)
     box = 'section.plots[data-layout="askr"] [data-series]'
@@ -206,4 +199,4 @@ def test_plots_of_depth_and_throughput_draw_and_update(
     )
     browser.get(base + "/queue?layout=askr&name=plotted")
     wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "[data-series] .uplot canvas")) == 1)
-    assert severe(browser) == []
+    assert console_errors(browser) == []

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from browser_support import console_errors
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
@@ -58,14 +59,6 @@ TASKS = 60
 TASK_SECONDS = 0.3
 TOKEN = "live-t0ken"
 SYNC_CUSTOMERS = "App\\Things\\SyncCustomers"
-
-
-def console_errors(browser: Any) -> list[dict[str, Any]]:
-    """The console's errors since the last call (a 404 of a favicon is not one of ours)."""
-    return [
-        e for e in browser.get_log("browser")
-        if e["level"] == "SEVERE" and "favicon.ico" not in e["message"]
-    ]  # fmt: skip
 
 
 #: The row of a queue in a layout's section of the overview's table (``#overview``, the part
@@ -113,18 +106,6 @@ def same_document(browser: Any) -> bool:
 
 
 @pytest.fixture
-def live_browser(browser: Any, serve: Callable[..., str]) -> Iterator[Any]:
-    """The session's browser on a blank page, its console emptied; blank again at the end,
-    before the test's dashboard stops (``serve``'s teardown comes after this one): a page
-    left open would go on polling a server that is gone, and its errors would be the next
-    test's."""
-    browser.get("about:blank")
-    console_errors(browser)
-    yield browser
-    browser.get("about:blank")
-
-
-@pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     """``start(name, args, **env)``: a process of the e2e harness (its own session, output
     in files under ``tmp_path``); every one killed and reaped at teardown."""
@@ -146,7 +127,7 @@ def processes(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 
 def test_the_overview_follows_a_celery_worker_draining_a_backlog(
-    live_browser: Any,
+    browser: Any,
     serve: Callable[..., str],
     db_url: str,
     broker_url: str,
@@ -161,7 +142,7 @@ def test_the_overview_follows_a_celery_worker_draining_a_backlog(
             app.send_task("e2e.record_late", args=[f"t{n}"], kwargs={"sleep": TASK_SECONDS})
     finally:
         app.close()
-    browser = live_browser
+    browser = browser
     base = serve(create_app(db_url))
     browser.get(base + "/")
     mark_document(browser)
@@ -253,7 +234,7 @@ def sign_in(browser: Any, base: str) -> None:
 
 
 def test_a_laravel_job_failed_by_laravel_is_retried_from_the_page_and_laravel_runs_it(
-    live_browser: Any,
+    browser: Any,
     serve: Callable[..., str],
     db_url: str,
     laravel_app: LaravelQueueHarness,
@@ -276,7 +257,7 @@ def test_a_laravel_job_failed_by_laravel_is_retried_from_the_page_and_laravel_ru
     assert execute(db_url, "SELECT count(*) FROM jobs") == [(0,)]
     assert laravel_app.runs() == []  # handle() never ran
 
-    browser = live_browser
+    browser = browser
     base = serve(create_app(db_url, token=TOKEN))
     sign_in(browser, base)
     wait = WebDriverWait(browser, 20)
