@@ -29,11 +29,16 @@ CTE (SQLite) or the Sequence engine's ``seq_M_to_N`` (MariaDB), not a call per j
 
 Then ``ANALYZE`` (PostgreSQL: ``VACUUM ANALYZE``, what autovacuum does after a bulk load:
 the visibility map an index-only scan needs). The dashboard (``create_app(url)``) is served
-through Starlette's ``TestClient`` and each page an operator's browser asks for is requested
-once to warm up, then ``--repeat`` times: median and max, > 1 s marked. ``QueueAdmin.stats()``
-(``open_admin``) is timed alone too. Every SQL statement the store runs is timed at the
-DB-API cursor (the store runs its statements on raw cursors, not through SQLAlchemy's
-execution events: ``Executor._checkout`` is wrapped in this process), fetches included;
+through Starlette's ``TestClient`` and each page an operator's browser asks for — ``/``, the
+2 s refresh ``/fragments/overview``, ``/queue`` of the big and of a small queue, a job's
+``/job`` page, ``/failed/<layout>`` (all, of the big queue, of the rare queue, a search that
+matches, one that does not), a failed job's page by id and by uuid; the pages of routes this
+tree lacks are left out — is requested once to warm up, then ``--repeat`` times: median and
+max, > 1 s marked; a page answered with an error banner is reported as failed.
+``QueueAdmin.stats()``, ``holders()`` and ``issued()`` (``open_admin``) are timed alone
+too. Every SQL statement the store runs is timed at the DB-API cursor (the store runs its
+statements on raw cursors, not through SQLAlchemy's execution events:
+``Executor._checkout`` is wrapped in this process), fetches included;
 each page's dominant statement is named (the ``Queries`` attribute it is) and the plan of
 every statement slower than ``--explain-over`` (and of the slowest page's dominant one) is
 printed — PostgreSQL ``EXPLAIN (ANALYZE, BUFFERS)``, MariaDB ``ANALYZE``, SQLite ``EXPLAIN
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import importlib
 import json
 import re
@@ -808,6 +814,9 @@ def pages_of(layout: str, big: str, small: str, picked: Picked, routes: set[str]
         ("failed list", f"/failed/{layout}"),
         ("failed list, big queue", f"/failed/{layout}?queue={big}"),
         ("failed list, rare queue", f"/failed/{layout}?queue={RARE_FAILED_QUEUE}"),
+        # A search reads (and decodes) rows until a page is found: a common term, a missing one.
+        ("failed search, common term", f"/failed/{layout}?search=Error"),
+        ("failed search, no match", f"/failed/{layout}?search=NoSuchThing"),
         ("failed job by id", f"/failed/{layout}/{picked.failed_id}"),
         ("failed job by uuid", f"/failed/{layout}/{picked.failed_uuid}"),
     ]
@@ -856,8 +865,11 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
         def get(path: str) -> Callable[[], int]:
             def call() -> int:
                 response = client.get(path)
-                if response.status_code != 200 and len(failures) < 20:
-                    failures.append(f"{engine} GET {path}: {response.status_code}")
+                said = re.search(r'class="banner" role="alert">([^<]{0,300})', response.text)
+                if (response.status_code != 200 or said) and len(failures) < 20:
+                    # A read that failed (a timeout …) is a banner on a page answered 200.
+                    why = f": {html.unescape(said.group(1)).strip()}" if said else ""
+                    failures.append(f"{engine} GET {path}: {response.status_code}{why}")
                 return response.status_code
 
             return call

@@ -55,7 +55,7 @@ def _rules(parsed: Payload) -> str:
             ("backoff", "backoff"),
             ("timeout", "timeout"),
             ("retryUntil", "retryUntil"),
-        )  # fmt: skip
+        )
         if data.get(key) is not None
     ]
     return f" ({' '.join(shown)})" if shown else ""

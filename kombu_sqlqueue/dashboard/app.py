@@ -44,7 +44,7 @@ from ..exceptions import (
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
 from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob, holders_by_queue
-from ..store.controls import parse_rate
+from ..store.controls import check_concurrency, check_rate, parse_rate
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
 from .sampler import Sampler
 from .security import CSRF_FIELD, SESSION_COOKIE, Guard, SecurityHeaders
@@ -242,12 +242,18 @@ def failed_rows(
 Back = tuple[str, dict[str, str], dict[str, str]]
 
 
+def is_row_id(text: str) -> bool:
+    """A row id as a link or form gives it: ASCII digits, at most 18 (``str.isdigit``
+    takes "²", and a longer number overflows a 64-bit column)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def exact_failed(admin: QueueAdmin, ref: str) -> FailedJob:
     """The failed job ``ref`` names: the row of that id when ``ref`` is a number (the
     page's own links, which a producer's uuid "4" must not hijack), else the one of that
     uuid."""
     found = admin.find_failed(ref)
-    if ref.isdigit():
+    if is_row_id(ref):
         found = [job for job in found if job.id == int(ref)]
     else:
         found = [job for job in found if job.uuid == ref]
@@ -280,7 +286,7 @@ def failed_ids(admin: QueueAdmin, target: str) -> list[int]:
     """The failed jobs a retry or forget names: row ids separated by commas (the list's
     selection, a job's page), or one uuid."""
     pieces = target.split(",")
-    if all(piece.isdigit() for piece in pieces) and len(pieces) <= MOST_SELECTED:
+    if all(is_row_id(piece) for piece in pieces) and len(pieces) <= MOST_SELECTED:
         return sorted({int(piece) for piece in pieces})
     return [exact_failed(admin, target).id]
 
@@ -336,6 +342,13 @@ def _limits(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
     concurrency = _limit_value(fields.get("concurrency", ""), int, "concurrency")
     rate = _limit_value(fields.get("rate", ""), parse_rate, "rate")
     per_key = _limit_value(fields.get("per_key", ""), int, "per key")
+    # The store's own checks, all before any write (each verb checks only its own value:
+    # a bad per-key limit after a written concurrency would half-apply the form).
+    for value in (concurrency, per_key):
+        if value is not None:
+            check_concurrency(queue, value)
+    if rate is not None:
+        check_rate(rate)
     admin.limit(queue, concurrency)
     admin.rate_limit(queue, rate)
     admin.key_limit(queue, per_key)
@@ -633,7 +646,7 @@ def create_app(
         layout = request.query_params.get("layout", "")
         queue = request.query_params.get("name", "")
         ref = request.query_params.get("id", "")
-        if layout not in admins.layouts or not ref.isdigit():
+        if layout not in admins.layouts or not is_row_id(ref):
             raise HTTPException(404, "a job is named by a layout, a queue and an id")
         try:
             with admins.admin(layout) as admin:
@@ -678,7 +691,7 @@ def create_app(
         layout = layout_of(request)
         queue = request.query_params.get("queue") or None
         before_text = request.query_params.get("before", "")
-        if before_text and not before_text.isdigit():
+        if before_text and not is_row_id(before_text):
             raise HTTPException(404, f"no page before {before_text!r}")
         before = int(before_text) if before_text else None
         search = request.query_params.get("search", "").strip()

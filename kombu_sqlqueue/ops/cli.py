@@ -872,7 +872,9 @@ def dashboard(
     app = create_app(url, settings=_settings(kw), token=token, allowed_hosts=hosts)
     where = f"http://{bind}:{port}/"
     click.echo(f"serving the dashboard on {where}{' (read-only: no --token)' if not token else ''}")
-    uvicorn.run(app, host=bind, port=port, log_level="warning")
+    # proxy_headers off: uvicorn would take X-Forwarded-For from any 127.0.0.1 client (an
+    # ssh tunnel, a local user) as the client's address — the sign-in throttle's key.
+    uvicorn.run(app, host=bind, port=port, log_level="warning", proxy_headers=False)
 
 
 @main.command()

@@ -80,6 +80,8 @@ def test_a_job_s_page_shows_it_decoded_and_its_bytes(db_url: str, signed_in: Tes
         {"layout": "askr", "name": "other", "id": str(job_id)},  # another queue's id
         {"layout": "askr", "name": "q", "id": "999999"},
         {"layout": "askr", "name": "q", "id": "1 OR 1=1"},
+        {"layout": "askr", "name": "q", "id": "²"},
+        {"layout": "askr", "name": "q", "id": "9" * 30},
         {"layout": "nosuch", "name": "q", "id": "1"},
         {"layout": "askr", "name": "", "id": "1"},
     ):
@@ -208,7 +210,7 @@ def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
     page = signed_in.get("/queue", params={"layout": "askr", "name": "api"}).text
     assert 'name="concurrency" size="6" value="2"' in page  # the form shows what is set
 
-    for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"rate": "fast"}):
+    for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"rate": "fast"}, {"per_key": "0"}):
         form = {"concurrency": "3", "rate": "", "per_key": "", **bad}
         ask = signed_in.get("/actions/limits", params={"layout": "askr", "target": "api", **form})
         csrf = re.findall(r'name="csrf" value="([0-9a-f]*)"', ask.text)[0]

@@ -214,7 +214,8 @@ class PostgreSQLQueries(Queries):
         # The id column's sequence (serial or identity) — its last value, without
         # advancing it (nextval would), NULL before the first.
         return sa.text(
-            "SELECT pg_sequence_last_value(CAST(pg_get_serial_sequence(:table, 'id') AS regclass))"
+            "SELECT pg_sequence_last_value(CAST("
+            "pg_get_serial_sequence(quote_ident(:table), 'id') AS regclass))"
         ).bindparams(table=table)
 
     @staticmethod
