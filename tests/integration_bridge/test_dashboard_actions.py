@@ -189,6 +189,17 @@ def test_release_a_holder_s_jobs(db_url: str, signed_in: TestClient) -> None:
         store.close()
 
 
+def limits_of(db_url: str, queue: str) -> tuple[int | None, str | None, int | None]:
+    """``queue``'s concurrency, rate (as text) and per-key limits, as stats reads them."""
+    admin = open_admin(db_url, "askr")
+    try:
+        (row,) = [r for r in admin.stats() if r.queue == queue]
+        rate = None if row.rate is None else str(row.rate)
+        return row.concurrency, rate, row.key_concurrency
+    finally:
+        admin.close()
+
+
 def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
     db_url: str, signed_in: TestClient
 ) -> None:
@@ -201,12 +212,7 @@ def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
         signed_in, "limits", layout="askr", target="api", concurrency="2", rate="10/s", per_key="1"
     )
     assert "held at once 2, rate 10/s, per key 1" in said
-    admin = open_admin(db_url, "askr")
-    try:
-        (row,) = [r for r in admin.stats() if r.queue == "api"]
-        assert (row.concurrency, str(row.rate), row.key_concurrency) == (2, "10/s", 1)
-    finally:
-        admin.close()
+    assert limits_of(db_url, "api") == (2, "10/s", 1)
     page = signed_in.get("/queue", params={"layout": "askr", "name": "api"}).text
     assert 'name="concurrency" size="6" value="2"' in page  # the form shows what is set
 
@@ -218,23 +224,13 @@ def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
             "/actions/limits", data={"layout": "askr", "target": "api", "csrf": csrf, **form}
         )
         assert done.status_code == 400 and "Not done" in done.text, bad
-    admin = open_admin(db_url, "askr")
-    try:
-        (row,) = [r for r in admin.stats() if r.queue == "api"]
-        assert (row.concurrency, str(row.rate), row.key_concurrency) == (2, "10/s", 1)
-    finally:
-        admin.close()
+    assert limits_of(db_url, "api") == (2, "10/s", 1)
 
     said = act(
         signed_in, "limits", layout="askr", target="api", concurrency="", rate="", per_key=""
     )
     assert "no held at once limit, no rate limit, no per key limit" in said
-    admin = open_admin(db_url, "askr")
-    try:
-        (row,) = [r for r in admin.stats() if r.queue == "api"]
-        assert (row.concurrency, row.rate, row.key_concurrency) == (None, None, None)
-    finally:
-        admin.close()
+    assert limits_of(db_url, "api") == (None, None, None)
 
 
 def test_the_plots_count_jobs_that_came_and_went_between_samples(db_url: str) -> None:
