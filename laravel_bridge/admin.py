@@ -189,7 +189,7 @@ class LaravelAdmin:
             f"Laravel's {self.tables[0]} table records no holder; --held reads contract v1's"
         )
 
-    def holders(self) -> list[Holding]:
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
         return []
 
     def release_holder(self, holder: str, queue: str | None = None) -> int:

@@ -43,7 +43,14 @@ from ..exceptions import (
 )
 from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
-from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob, holders_by_queue
+from ..store.admin import (
+    FailedJob,
+    QueueAdmin,
+    QueueStats,
+    WaitingJob,
+    held_queues,
+    holders_by_queue,
+)
 from ..store.controls import check_concurrency, check_rate, parse_rate
 from ..store.layouts import CONTRACT_LAYOUT, LayoutSettings, installed_layouts, loaded_layouts
 from .sampler import Sampler
@@ -150,8 +157,9 @@ def read_layout(admins: Admins, layout: str) -> LayoutView:
     """``layout``'s queues (stats, holders), or why not."""
     try:
         with admins.admin(layout) as admin:
-            held = holders_by_queue(admin.holders())
-            queues = [replace(row, holders=held.get(row.queue, {})) for row in admin.stats()]
+            stats = admin.stats()
+            held = holders_by_queue(admin.holders(held_queues(stats)))
+            queues = [replace(row, holders=held.get(row.queue, {})) for row in stats]
             return LayoutView(layout, admin.tables, queues)
     except SchemaMismatch:
         return LayoutView(layout, absent=True)
@@ -216,10 +224,13 @@ def failed_rows(
     or exception holds it (case-insensitive, in the decoded payload — what the list
     shows, not the stored bytes), reading at most :data:`SEARCH_SCAN` rows."""
     if not search:
-        rows = admin.failed(queue, PAGE_JOBS, before)
-        # Keyset pagination: the next page starts below this page's last id.
-        return [failed_view(job, layout) for job in rows], (
-            rows[-1].id if len(rows) == PAGE_JOBS else None
+        # One row past the page says whether an older page exists (exactly a page left
+        # would otherwise link to an empty one). Keyset pagination: the next page starts
+        # below this page's last id.
+        rows = admin.failed(queue, PAGE_JOBS + 1, before)
+        page = rows[:PAGE_JOBS]
+        return [failed_view(job, layout) for job in page], (
+            page[-1].id if len(rows) > PAGE_JOBS else None
         )
     wanted, found, read = search.casefold(), list[FailedView](), 0
     while read < SEARCH_SCAN:
@@ -490,10 +501,29 @@ def create_app(
     guard = Guard(token)
     env = _environment()
 
-    def read_for_plots(layout: str) -> tuple[list[QueueStats], tuple[int, int]] | None:
+    #: Why a layout's ids issued could not be read, as last logged.
+    issued_said: dict[str, str] = {}
+
+    def read_for_plots(layout: str) -> tuple[list[QueueStats], tuple[int, int] | None] | None:
         try:
             with admins.admin(layout) as admin:
-                return admin.stats(), admin.issued()
+                stats = admin.stats()
+                try:
+                    issued: tuple[int, int] | None = admin.issued()
+                except StoreError as exc:
+                    # No throughput, the depths still plotted, the admin kept (the
+                    # depths just read through it): a role without the sequence's
+                    # privilege, a SQLite file whose tables never had a row.
+                    said = f"{type(exc).__name__}: {exc}"
+                    if issued_said.get(layout) != said:
+                        logger.warning(
+                            "dashboard: no throughput of the %s tables: %s", layout, said
+                        )
+                        issued_said[layout] = said
+                    issued = None
+                else:
+                    issued_said.pop(layout, None)
+                return stats, issued
         except SchemaMismatch:  # this layout's tables are not here: nothing to plot
             return None
 

@@ -47,7 +47,8 @@ class LayoutSample:
     queues: dict[str, Depth]
     #: Every queue's, summed.
     depth: Depth
-    issued: tuple[int, int]
+    #: None when they could not be read (no rates then; the depths are still plotted).
+    issued: tuple[int, int] | None
     #: Jobs per second since the sample before: enqueued, done, failed.
     rates: tuple[float, float, float] | None = None
 
@@ -62,14 +63,18 @@ class Sample:
     layouts: dict[str, LayoutSample] = field(default_factory=dict)
 
 
-#: Reads one layout: its queues' stats and its tables' ids issued; None when its tables are
-#: not in the database (raising what a database raises: the sampler logs it once and
-#: leaves the layout out of that sample).
-Reader = Callable[[str], tuple[list[QueueStats], tuple[int, int]] | None]
+#: Reads one layout: its queues' stats and its tables' ids issued (None when those could not
+#: be read: a role without the sequence's privilege); None when its tables are not in the
+#: database (raising what a database raises: the sampler logs it once and leaves the layout
+#: out of that sample).
+Reader = Callable[[str], tuple[list[QueueStats], tuple[int, int] | None] | None]
 
 
 def layout_sample(
-    stats: list[QueueStats], issued: tuple[int, int], before: LayoutSample | None, seconds: float
+    stats: list[QueueStats],
+    issued: tuple[int, int] | None,
+    before: LayoutSample | None,
+    seconds: float,
 ) -> LayoutSample:
     """A layout's sample, its rates from ``before`` (``seconds`` earlier)."""
     deepest = sorted(stats, key=lambda s: s.total, reverse=True)[:MOST_QUEUES]
@@ -78,7 +83,7 @@ def layout_sample(
         *(sum(getattr(s, name) for s in stats) for name in ("ready", "reserved", "delayed"))
     )
     total = depth.ready + depth.held + depth.delayed
-    if before is None or seconds <= 0:
+    if before is None or before.issued is None or issued is None or seconds <= 0:
         return LayoutSample(queues, depth, issued)
     # A counter that went back (tables dropped and made again): start afresh.
     enqueued = max(0, issued[0] - before.issued[0])
@@ -105,23 +110,29 @@ class Sampler:
         self._said: dict[str, str] = {}
 
     def start(self) -> None:
+        """Sample from now on (again, after :meth:`stop`: a host app may close the
+        dashboard at its shutdown and serve it again, as a test client does)."""
         with self._lock:
-            if self._thread is not None or self._stop.is_set():
+            if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = threading.Thread(target=self._run, name="dashboard-sampler", daemon=True)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="dashboard-sampler", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(10)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             started = time.monotonic()
             self.sample_now()
-            self._stop.wait(max(0.0, self.every - (time.monotonic() - started)))
+            stop.wait(max(0.0, self.every - (time.monotonic() - started)))
 
     def sample_now(self) -> Sample:
         """Read every layout once and keep the sample."""

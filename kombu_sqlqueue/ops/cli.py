@@ -24,7 +24,14 @@ import click
 from .._version import __version__
 from ..exceptions import InvalidControl, SqlQueueError, UnknownFailedJob, UnknownQueue
 from ..store import JobStore, StoreOptions
-from ..store.admin import FailedJob, QueueAdmin, QueueStats, WaitingJob, holders_by_queue
+from ..store.admin import (
+    FailedJob,
+    QueueAdmin,
+    QueueStats,
+    WaitingJob,
+    held_queues,
+    holders_by_queue,
+)
 from ..store.controls import Rate, parse_rate
 from ..store.database import schema_ddl
 from ..store.layouts import (
@@ -243,7 +250,7 @@ def create_tables(url: str, sql: bool, **kw: Any) -> None:
 def _stats_rows(admin: QueueAdmin, queues: Sequence[str]) -> list[QueueStats]:
     found = admin.stats()
     histogram = admin.attempts()
-    held = holders_by_queue(admin.holders())
+    held = holders_by_queue(admin.holders(held_queues(found)))
     by_name = {s.queue: s for s in found}
     wanted = queues or [s.queue for s in found]
     return [

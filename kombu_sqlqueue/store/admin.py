@@ -136,8 +136,10 @@ class QueueAdmin(Protocol):
         records no holder)."""
         ...
 
-    def holders(self) -> list[Holding]:
-        """Who holds live reservations, per queue (empty where the layout records none)."""
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
+        """Who holds live reservations, per queue (empty where the layout records none);
+        of ``queues`` alone when given — those :meth:`stats` says hold jobs
+        (:func:`held_queues`): on a large table, much cheaper than every queue's."""
         ...
 
     def release_holder(self, holder: str, queue: str | None = None) -> int:
@@ -213,7 +215,7 @@ class _Host(QueryRunner, Protocol):
 
     def purge(self, queue: str) -> int: ...
 
-    def holders(self) -> list[Holding]: ...
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]: ...
 
     def release_holder(
         self, holder: str, *, queue: str | None = None, instance: str | None = None
@@ -274,6 +276,11 @@ def with_control(row: QueueStats, control: QueueControl, now: int, now_us: int) 
         key_concurrency=control.key_concurrency,
         waiting_on_limit=waiting,
     )
+
+
+def held_queues(stats: Sequence[QueueStats]) -> list[str]:
+    """The queues ``stats`` says have held jobs: what :meth:`QueueAdmin.holders` reads."""
+    return [row.queue for row in stats if row.reserved]
 
 
 def holders_by_queue(holdings: Sequence[Holding]) -> dict[str, dict[str, int]]:
@@ -426,7 +433,14 @@ class ContractAdmin:
         return bool(found)
 
     def peek(self, queue: str, n: int) -> list[WaitingJob]:
-        return self._waiting(self._store.q.queue_peek, queue, n)
+        # The two ready halves in claim order (priority, then age), then the delayed ones.
+        ready = sorted(
+            self._waiting(self._store.q.queue_peek, queue, n),
+            key=lambda job: (-job.priority, job.available_at, job.id),
+        )[: max(0, n)]
+        if len(ready) < n:
+            ready += self._waiting(self._store.q.queue_peek_delayed, queue, n - len(ready))
+        return ready
 
     def held(self, queue: str, n: int) -> list[WaitingJob]:
         return self._waiting(self._store.q.queue_held, queue, n)
@@ -461,8 +475,8 @@ class ContractAdmin:
             )
         return found
 
-    def holders(self) -> list[Holding]:
-        return self._store.holders()
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
+        return self._store.holders(queues)
 
     def release_holder(self, holder: str, queue: str | None = None) -> int:
         return self._store.release_holder(holder, queue=queue)

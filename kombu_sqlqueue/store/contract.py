@@ -256,8 +256,8 @@ class JobContract(DeliveryStore, Protocol):
         """Contract v1's backlog figures of ``queue``."""
         ...
 
-    def holders(self) -> list[Holding]:
-        """Who holds live reservations, per queue."""
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
+        """Who holds live reservations, per queue (of ``queues`` alone when given)."""
         ...
 
     def release_holder(

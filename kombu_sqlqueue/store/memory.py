@@ -746,12 +746,15 @@ class MemoryJobStore:
         with self._space.lock:
             return {i for i in job_ids if i not in self._space.jobs}
 
-    def holders(self) -> list[Holding]:
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
         """Who holds live reservations (``JobStore.holders``)."""
         now = self._now()
         counts: dict[tuple[str, str | None, str | None], int] = {}
+        wanted = None if queues is None else set(queues)
         with self._space.lock:
             for row in self._space.jobs.values():
+                if wanted is not None and row.queue not in wanted:
+                    continue
                 if row.reserved_until is not None and row.reserved_until > now:
                     key = (row.queue, row.reserved_by, row.reserved_instance)
                     counts[key] = counts.get(key, 0) + 1

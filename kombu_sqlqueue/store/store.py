@@ -72,6 +72,8 @@ CONTROLS_RECHECK = 1.0
 #: a delivery held longer than this many claims later frees its slot without a wake-up).
 SLOT_TOKENS_KEPT = 4096
 
+#: Queues named in one read of :meth:`JobStore.holders`.
+HOLDERS_PER_READ = 500
 #: Rows per multi-row INSERT in :meth:`JobStore.enqueue_many` (well under
 #: every engine's bind-parameter limit: 8 parameters a row).
 ENQUEUE_CHUNK = 500
@@ -692,14 +694,25 @@ class JobStore(TableStore):
         )
         return set(ids) - {int(r[0]) for r in rows}
 
-    def holders(self) -> list[Holding]:
-        """Who holds live reservations, per queue: holder name, process, how many jobs."""
-        params = {"now": self._now()}
-        rows = self._run(
-            lambda tx: tx.execute(self.q.job_holders, params).fetchall(),
-            read_only=True,
-            single=True,
-        )
+    def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
+        """Who holds live reservations, per queue: holder name, process, how many jobs;
+        of ``queues`` alone when given (read from the claim index: cheap on a big table;
+        what ``stats()`` says has held jobs)."""
+        wanted = sorted(set(queues)) if queues is not None else None
+        if wanted == []:
+            return []
+
+        def work(tx: Tx) -> list[Any]:
+            if wanted is None:
+                return list(tx.execute(self.q.job_holders, {"now": now}).fetchall())
+            found: list[Any] = []
+            for i in range(0, len(wanted), HOLDERS_PER_READ):
+                params = {"now": now, "queues": wanted[i : i + HOLDERS_PER_READ]}
+                found += tx.execute_bound(self.q.job_holders_of, params).fetchall()
+            return found
+
+        now = self._now()
+        rows = self._run(work, read_only=True, single=True)
         return sorted(
             (Holding(str(q), by, inst, int(n)) for q, by, inst, n in rows),
             key=lambda h: (h.queue, h.holder or "", h.instance or ""),

@@ -753,6 +753,9 @@ def test_a_claim_signs_its_holds_and_a_release_clears_them(
         ("other", None, this_instance(), 1),
         ("q", "billing@host", this_instance(), 2),
     ]
+    # Of the queues named alone (what stats says holds jobs: a read of the claim index).
+    assert [(h.queue, h.jobs) for h in store.holders(["q", "q", "nowhere"])] == [("q", 2)]
+    assert store.holders([]) == []
     row = store.get_job(a.id)
     assert row is not None and row["reserved_by"] == "billing@host"
     assert store.release(a.receipt)

@@ -278,3 +278,26 @@ def test_an_enlisted_enqueue_wakes_an_idle_consumer_at_the_commit_not_before(
         app.dispose()
         waiter.close()
         producer.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine_name", ["mysql"])  # auto_increment_increment is MySQL's
+def test_bulk_enqueue_returns_the_stored_ids_one_increment_apart(
+    engine_name: str, db_url: str
+) -> None:
+    """Galera sets ``auto_increment_increment`` to the cluster's size: one multi-row INSERT's
+    ids are that far apart, and ``enqueue_many`` names the rows it stored (it said
+    ``first, first+1, …``: ids of rows that do not exist)."""
+    from kombu_sqlqueue.store import NewJob, StoreOptions
+    from kombu_sqlqueue.store.admin import ContractAdmin
+
+    url = f"{db_url}?init_command=SET SESSION auto_increment_increment = 3"
+    store = JobStore(url, StoreOptions())
+    store.create_schema()
+    try:
+        ids = store.enqueue_many([NewJob("q", b"%d" % i) for i in range(5)])
+        assert [ids[i + 1] - ids[i] for i in range(4)] == [3, 3, 3, 3]
+        assert [store.get_job(i)["payload"] for i in ids] == [b"0", b"1", b"2", b"3", b"4"]  # type: ignore[index]
+        assert ContractAdmin(store).issued()[0] == 5  # ids issued, not the id range spanned
+    finally:
+        store.close()

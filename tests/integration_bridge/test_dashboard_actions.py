@@ -111,6 +111,12 @@ def test_failed_jobs_are_paged_by_keyset(db_url: str, signed_in: TestClient) -> 
     assert listed(second.text) == sorted(ids, reverse=True)[PAGE_JOBS:]
     assert 'class="older"' not in second.text
     assert signed_in.get("/failed/askr", params={"before": "x"}).status_code == 404
+    # Exactly a page below: no link to an empty page.
+    exactly = signed_in.get(
+        "/failed/askr", params={"queue": "paged", "before": str(sorted(ids)[PAGE_JOBS])}
+    ).text
+    assert listed(exactly) == sorted(ids, reverse=True)[7:][:PAGE_JOBS]
+    assert len(listed(exactly)) == PAGE_JOBS and 'class="older"' not in exactly
 
 
 def test_retry_and_forget_a_selection_retry_all_and_flush(

@@ -60,23 +60,30 @@ def test_stats_partition_the_jobs_and_count_failures(
 
 
 def test_peek_shows_claim_order_ready_first_then_delayed(
-    table: JobTable, queue: LaravelQueue, clock: Clock
+    table: JobTable, queue: LaravelQueue, clock: Clock, layout: str
 ) -> None:
     admin = admin_of(table)
     late = queue.dispatch("App\\Jobs\\A", {"n": "late"}, delay=120)
     soon = queue.dispatch("App\\Jobs\\A", {"n": "soon"}, delay=30)
     first = queue.dispatch("App\\Jobs\\A", {"n": "first"})
     second = queue.dispatch("App\\Jobs\\A", {"n": "second"})
-    taken = queue.dispatch("App\\Jobs\\A", {"n": "taken"})
+    taken_id = queue.dispatch("App\\Jobs\\A", {"n": "taken"}).id
     # The pop takes the next ready job: `first`; the rest keep their order.
     held = table.pop("default", HOLD)
     assert held is not None and held.id == first.id
-    del taken
     shown = [job.id for job in admin.peek("default", 10)]
     assert shown[-2:] == [soon.id, late.id]
     assert shown[0] == second.id and first.id not in shown
     assert [job.id for job in admin.peek("default", 1)] == [second.id]
     assert admin.peek("nowhere", 5) == []
+    # A lapsed reservation is ready again, in claim order: contract v1's by age (`first`
+    # ahead of `second`, `soon`, due meanwhile, after both), Laravel's by id; `late` is
+    # still delayed.
+    clock.advance(HOLD + 1)
+    shown = [job.id for job in admin.peek("default", 10)]
+    ready = [first.id, second.id, taken_id, soon.id]
+    assert shown == (sorted(ready) if layout == "laravel" else ready) + [late.id]
+    assert [job.id for job in admin.peek("default", 2)] == shown[:2]
 
 
 def test_failed_jobs_are_listed_found_and_retried_with_attempts_reset(

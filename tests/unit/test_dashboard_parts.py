@@ -59,6 +59,35 @@ def test_series_per_layout_and_queue_with_gaps_where_a_read_failed() -> None:
     assert sampler.series("other")["ready"] == [None, None, None]
 
 
+def test_ids_issued_that_could_not_be_read_leave_the_depths_and_no_rates() -> None:
+    first = layout_sample(stats(a=(10, 0, 0)), (100, 5), None, 0)
+    blind = layout_sample(stats(a=(12, 0, 0)), None, first, 5.0)
+    assert blind.rates is None and blind.depth.ready == 12
+    # The next readable sample has nothing to take a difference from: no rates yet.
+    assert layout_sample(stats(a=(12, 0, 0)), (110, 5), blind, 5.0).rates is None
+
+
+def test_a_stopped_sampler_samples_again_when_started_again() -> None:
+    import threading
+
+    read = threading.Event()
+
+    def reader(layout: str) -> tuple[list[QueueStats], tuple[int, int]] | None:
+        read.set()
+        return stats(a=(1, 0, 0)), (1, 0)
+
+    sampler = Sampler(["askr"], reader, every=0.05)
+    sampler.start()
+    assert read.wait(10)
+    sampler.stop()
+    read.clear()
+    sampler.start()  # a host app closed the dashboard and serves it again
+    try:
+        assert read.wait(10)
+    finally:
+        sampler.stop()
+
+
 def test_a_failed_job_s_headline_is_the_exception_not_traceback_s_first_line() -> None:
     from kombu_sqlqueue.dashboard.app import headline_of
 

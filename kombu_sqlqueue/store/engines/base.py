@@ -59,6 +59,9 @@ _KEYED_CANDIDATES = f"""
              ORDER BY priority DESC, available_at, id LIMIT :n) AS lapsed_rows
         """
 
+#: The columns of a job a queue's page shows (admin.peek).
+_PEEKED = "id, queue, payload, priority, available_at, attempts, max_attempts, uuid, created_at"
+
 # Contract v1's claim; {uncontrolled}: UNCONTROLLED or nothing (see Queries.job_claim).
 _CLAIM = """
         UPDATE askr_jobs
@@ -576,6 +579,16 @@ class Queries(LayoutPrimitives):
          GROUP BY queue, reserved_by, reserved_instance
         """
     )
+    # The same for the queues named: a range of the claim index per queue. (No index
+    # leads with reserved_until: MariaDB and MySQL read the whole table for the query
+    # above, 1.2 s at 1M jobs, and neither plans a loose scan of the queues for it.)
+    job_holders_of = sa.text(
+        """
+        SELECT queue, reserved_by, reserved_instance, count(*) FROM askr_jobs
+         WHERE queue IN :queues AND reserved_until > :now
+         GROUP BY queue, reserved_by, reserved_instance
+        """
+    ).bindparams(sa.bindparam("queues", expanding=True))
     # A holder's reservations handed back, live ones too, as if their visibility timeout
     # ran out now: the next claim takes them as lapsed (redelivered, attempts counted), and
     # from then on the old holder's settlements are stale.
@@ -621,16 +634,31 @@ class Queries(LayoutPrimitives):
     queue_attempts = sa.text(
         "SELECT queue, attempts, count(*) FROM askr_jobs GROUP BY queue, attempts"
     )
-    # The jobs no one holds, in the order claims will take them: the ready ones in
-    # claim order (all sort as :now), then the delayed ones by when they become ready.
+    # The jobs no one holds, in the order claims will take them: the ready ones first —
+    # the claim's two halves (never reserved, reservation lapsed), each read in claim
+    # order from the claim index and bounded, merged by the caller (admin.peek) —, then,
+    # when fewer than asked are ready, the delayed ones by when they become ready. (One
+    # statement ordering every unheld row by "ready, else when" sorted the whole queue:
+    # 0.27 s for 400k jobs on MariaDB.)
     queue_peek = sa.text(
+        f"""
+        SELECT * FROM (
+            SELECT {_PEEKED} FROM askr_jobs
+             WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
+             ORDER BY priority DESC, available_at, id LIMIT :n) AS fresh
+        UNION ALL
+        SELECT * FROM (
+            SELECT {_PEEKED} FROM askr_jobs
+             WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
+             ORDER BY priority DESC, available_at, id LIMIT :n) AS lapsed_rows
         """
-        SELECT id, queue, payload, priority, available_at, attempts, max_attempts, uuid,
-               created_at
-          FROM askr_jobs
-         WHERE queue = :queue AND (reserved_until IS NULL OR reserved_until <= :now)
-         ORDER BY CASE WHEN available_at <= :now THEN :now ELSE available_at END,
-                  priority DESC, available_at, id
+    )
+    queue_peek_delayed = sa.text(
+        f"""
+        SELECT {_PEEKED} FROM askr_jobs
+         WHERE queue = :queue AND available_at > :now
+           AND (reserved_until IS NULL OR reserved_until <= :now)
+         ORDER BY available_at, id
          LIMIT :n
         """
     )

@@ -7,8 +7,9 @@ Overrides, each for a reason:
   ready predicate separately), updates them by id and reads them back, all in
   one transaction;
 * enqueue: MySQL has no ``INSERT … RETURNING``; one multi-row INSERT gets
-  consecutive ids from ``LAST_INSERT_ID()`` (InnoDB gives a statement whose
-  row count is known in advance consecutive auto-increment values);
+  its ids from ``LAST_INSERT_ID()`` and ``@@auto_increment_increment`` (InnoDB gives a
+  statement whose row count is known in advance consecutive auto-increment values, one
+  increment apart: Galera sets the increment to the cluster's size);
 * deadlocks (1213) and lock-wait timeouts (1205) are retried by the store.
 """
 
@@ -81,12 +82,20 @@ class MySQLQueries(Queries):
 
     @staticmethod
     def ids_issued(table: str) -> sa.Executable:
-        # The table's next AUTO_INCREMENT, less one. MariaDB reads it from InnoDB live;
-        # MySQL 8 caches it (information_schema_stats_expiry, 24 h by default).
+        # The table's next AUTO_INCREMENT, less one, in ids this server issues: one
+        # increment apart (Galera's wsrep_auto_increment_control sets the increment to the
+        # cluster's size and gives each node its own offset), so the count is exact while
+        # one node takes the writes. MariaDB reads AUTO_INCREMENT from InnoDB live; MySQL 8
+        # caches it (information_schema_stats_expiry, 24 h by default).
         return sa.text(
-            "SELECT AUTO_INCREMENT - 1 FROM information_schema.TABLES"
+            "SELECT (AUTO_INCREMENT - 1) DIV @@auto_increment_increment"
+            " FROM information_schema.TABLES"
             " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table"
         ).bindparams(table=table)
+
+    # The spacing of one statement's auto-increment ids (1 but under Galera or a
+    # multi-primary setup).
+    auto_increment_step = sa.text("SELECT @@auto_increment_increment")
 
     queue_add = sa.text(
         """
@@ -222,7 +231,10 @@ class MySQLQueries(Queries):
 
     def insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[int]:
         first = int(self._insert_values(tx, rows, returning=False).lastrowid)
-        return list(range(first, first + len(rows)))
+        if len(rows) == 1:
+            return [first]
+        (step,) = tx.execute(self.auto_increment_step).fetchone()
+        return list(range(first, first + int(step) * len(rows), int(step)))
 
     # MySQL 8 has no INSERT … RETURNING (MariaDB has): the connection's insert id.
     # (rows_insert stays multi-row VALUES: a JSON_TABLE of one JSON parameter, measured,
