@@ -261,14 +261,17 @@ class LaravelQueries:
         expired: Any = sa.bindparam("expired")
         held = j.reserved_at > expired
         delayed = sa.and_(j.reserved_at.is_(None), j.available_at > now)
+        # Every row is read: grouped as the engine scans fastest (not through the queue
+        # index row by row: 65 s at 1M jobs on MariaDB).
+        by_queue_scan = self.engine.grouped_by_scan(j.queue)
         self.stats = sa.select(
-            j.queue,
+            by_queue_scan,
             sa.func.count(),
             sa.func.count(sa.case((ready, 1))),
             sa.func.count(sa.case((held, 1))),
             sa.func.count(sa.case((delayed, 1))),
             sa.func.min(sa.case((ready, j.available_at))),
-        ).group_by(j.queue)
+        ).group_by(by_queue_scan)
         self.attempts = sa.select(j.queue, j.attempts, sa.func.count()).group_by(
             j.queue, j.attempts
         )

@@ -176,6 +176,12 @@ class LayoutPrimitives:
         return value if isinstance(value, str) else bytes(value)
 
     @staticmethod
+    def grouped_by_scan(column: Any) -> Any:
+        """What a count of every row grouped by ``column`` groups by: the column, where the
+        engine's planner reads the whole table (or a covering index) for it."""
+        return column
+
+    @staticmethod
     def ids_issued(table: str) -> sa.Executable:
         """The highest ``id`` ``table`` has handed out (its autoincrement's high-water mark,
         NULL before the first): rows ever inserted, those since deleted included — what a

@@ -81,6 +81,14 @@ class MySQLQueries(Queries):
     identity_lasts = False
 
     @staticmethod
+    def grouped_by_scan(column: Any) -> Any:
+        # Grouped by the column itself, MariaDB and MySQL walk an index on it for the order
+        # and read every row by its key: Laravel's stats over 1M jobs took 65 s through
+        # jobs_queue_index. By an expression, they scan the table (2.1 s) or an index
+        # covering the query (0.6 s with jobs (queue, reserved_at, available_at)).
+        return sa.func.concat(column, "")
+
+    @staticmethod
     def ids_issued(table: str) -> sa.Executable:
         # The table's next AUTO_INCREMENT, less one, in ids this server issues: one
         # increment apart (Galera's wsrep_auto_increment_control sets the increment to the
