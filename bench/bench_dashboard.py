@@ -896,7 +896,8 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
             )
 
     # The admin's reads alone: stats() (what the overview calls per layout), holders()
-    # (the CLI's "held by"), issued() (what the plots' sampler adds to stats() every 5 s).
+    # (the overview's and the CLI's "held by": after a stats() of its own, timed with
+    # it), issued() (what the plots' sampler adds to stats() every 5 s).
     stats: list[Timed] = []
     admins = []
     for layout in ["askr", *(["laravel"] if args.laravel else [])]:
@@ -907,7 +908,12 @@ def run_engine(engine: str, url: str, args: argparse.Namespace) -> EngineResult:
                 continue
 
             def call(admin: Any = admin, verb: str = verb) -> int:
-                getattr(admin, verb)()
+                if verb == "holders":  # of the queues stats says hold jobs, as pages ask
+                    from kombu_sqlqueue.store.admin import held_queues
+
+                    admin.holders(held_queues(admin.stats()))
+                else:
+                    getattr(admin, verb)()
                 return 200
 
             label = f"QueueAdmin.{verb}() [{layout}]"

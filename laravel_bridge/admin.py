@@ -174,14 +174,23 @@ class LaravelAdmin:
     def job(self, queue: str, job_id: int) -> WaitingJob | None:
         validate_queue_name(queue)
         s = self._store
-        found = read_rows(s, s.q.job, {"queue": queue, "id": int(job_id)})
-        return next(
-            (
-                WaitingJob(int(i), str(q), s.q.stored_payload(p), int(a), int(at), int(c))
-                for i, q, a, at, c, *p in found
-            ),
-            None,
-        )
+        expired = self._params()["expired"]
+        for i, q, a, at, c, reserved_at, *p in read_rows(
+            s, s.q.job, {"queue": queue, "id": int(job_id)}
+        ):
+            # Held while its reservation is younger than retry_after (Laravel's rule); it
+            # lapses then. No holder: Laravel's table records none.
+            held = reserved_at is not None and int(reserved_at) > expired
+            return WaitingJob(
+                int(i),
+                str(q),
+                s.q.stored_payload(p),
+                int(a),
+                int(at),
+                int(c),
+                reserved_until=int(reserved_at) + int(self.retry_after) if held else None,
+            )
+        return None
 
     # Laravel's jobs table has no column for a holder: holds are anonymous there.
     def held(self, queue: str, n: int) -> list[WaitingJob]:

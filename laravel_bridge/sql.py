@@ -292,9 +292,15 @@ class LaravelQueries:
             .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
             .limit(sa.bindparam("n"))
         )
-        # One job of a queue by id, held or not (a job's page).
+        # One job of a queue by id, held or not (a job's page: reserved_at says which).
         self.job = sa.select(
-            j.id, j.queue, j.attempts, j.available_at, j.created_at, *read_payload(j.payload)
+            j.id,
+            j.queue,
+            j.attempts,
+            j.available_at,
+            j.created_at,
+            j.reserved_at,
+            *read_payload(j.payload),
         ).where(j.id == sa.bindparam("id"), j.queue == sa.bindparam("queue"))
         by_queue = j.queue == sa.bindparam("queue")
         self.known = sa.select(

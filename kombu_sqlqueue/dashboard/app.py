@@ -351,7 +351,9 @@ def _limits(admin: QueueAdmin, asked: Asked) -> tuple[str, Back]:
     queue, fields = asked.target, asked.fields
     # Every value read before any is written: a bad one changes nothing (as the CLI).
     concurrency = _limit_value(fields.get("concurrency", ""), int, "concurrency")
-    rate = _limit_value(fields.get("rate", ""), parse_rate, "rate")
+    burst = _limit_value(fields.get("burst", ""), int, "burst")
+    burst = 1 if burst is None else burst  # (0 is the store's to refuse, not a default)
+    rate = _limit_value(fields.get("rate", ""), lambda text: parse_rate(text, burst), "rate")
     per_key = _limit_value(fields.get("per_key", ""), int, "per key")
     # The store's own checks, all before any write (each verb checks only its own value:
     # a bad per-key limit after a written concurrency would half-apply the form).
@@ -374,6 +376,9 @@ def describe_limits(asked: Asked) -> str:
         ("per_key", "per key"),
     ):
         value = asked.fields.get(field_name, "").strip()
+        burst = asked.fields.get("burst", "").strip()
+        if field_name == "rate" and value and burst not in ("", "1"):
+            value = f"{value} (burst {burst})"
         said.append(f"{what} {value}" if value and value.lower() != "off" else f"no {what} limit")
     return ", ".join(said)
 
@@ -431,7 +436,7 @@ ACTIONS: dict[str, Action] = {
     "limits": Action(
         lambda a: f"Set the limits of queue {a.target} ({a.layout}): {describe_limits(a)}?",
         _limits,
-        ("concurrency", "rate", "per_key"),
+        ("concurrency", "rate", "burst", "per_key"),
     ),
     "release": Action(
         lambda a: (

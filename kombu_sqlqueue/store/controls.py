@@ -72,10 +72,14 @@ class Rate:
         """Microseconds between two claims at the steady rate."""
         return self.period * 1e6 / self.count
 
+    @property
+    def spelled(self) -> str:
+        """The rate as :func:`parse_rate` reads it (``10/s``, ``5/30s``), without the burst."""
+        return f"{self.count}/{_PER.get(self.period, f'{self.period:g}s')}"
+
     def __str__(self) -> str:
-        period = _PER.get(self.period, f"{self.period:g}s")
         burst = f" (burst {self.burst})" if self.burst > 1 else ""
-        return f"{self.count}/{period}{burst}"
+        return f"{self.spelled}{burst}"
 
 
 _PER = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}

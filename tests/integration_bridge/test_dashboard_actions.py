@@ -96,6 +96,16 @@ def test_a_job_s_page_shows_it_decoded_and_its_bytes(db_url: str, signed_in: Tes
     (laravel_id,) = re.findall(r'data-job="(\d+)"', mail)
     page = signed_in.get("/job", params={"layout": "laravel", "name": "mail", "id": laravel_id})
     assert page.status_code == 200 and "App\\Jobs\\SendInvoice" in page.text
+    assert "<td>ready" in page.text
+    # Reserved by a worker (Laravel's pop): held until its retry_after runs out.
+    table = open_table(db_url, "laravel")
+    try:
+        popped = table.pop("mail", 90)
+        assert popped is not None and str(popped.id) == laravel_id
+    finally:
+        table.close()
+    page = signed_in.get("/job", params={"layout": "laravel", "name": "mail", "id": laravel_id})
+    assert "<td>held until" in page.text and "ready" not in page.text
 
 
 def test_failed_jobs_are_paged_by_keyset(db_url: str, signed_in: TestClient) -> None:
@@ -222,7 +232,25 @@ def test_limits_are_set_and_cleared_and_a_bad_one_changes_nothing(
     page = signed_in.get("/queue", params={"layout": "askr", "name": "api"}).text
     assert 'name="concurrency" size="6" value="2"' in page  # the form shows what is set
 
-    for bad in ({"concurrency": "0"}, {"concurrency": "two"}, {"rate": "fast"}, {"per_key": "0"}):
+    # A burst is its own field: the form shows the rate as it parses it and keeps the burst.
+    said = act(signed_in, "limits", layout="askr", target="api", rate="10/s", burst="5")
+    assert "rate 10/s (burst 5)" in said
+    assert limits_of(db_url, "api") == (None, "10/s (burst 5)", None)
+    page = signed_in.get("/queue", params={"layout": "askr", "name": "api"}).text
+    assert 'name="rate" size="8" value="10/s"' in page and 'name="burst" size="4" value="5"' in page
+    said = act(
+        signed_in, "limits", layout="askr", target="api", concurrency="2", rate="10/s", per_key="1"
+    )
+    assert limits_of(db_url, "api") == (2, "10/s", 1)
+
+    for bad in (
+        {"concurrency": "0"},
+        {"concurrency": "two"},
+        {"rate": "fast"},
+        {"per_key": "0"},
+        {"rate": "10/s", "burst": "0"},
+        {"rate": "10/s", "burst": "many"},
+    ):
         form = {"concurrency": "3", "rate": "", "per_key": "", **bad}
         ask = signed_in.get("/actions/limits", params={"layout": "askr", "target": "api", **form})
         csrf = re.findall(r'name="csrf" value="([0-9a-f]*)"', ask.text)[0]
