@@ -16,7 +16,13 @@ by ``queue``:
 * ``askr_queue_rate_limit_per_second`` — its rate limit, for a queue that has one;
 * ``askr_queue_key_concurrency_limit`` — its per-key limit, for a queue that has one;
 
-and ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
+Counters, of the tables: ``askr_jobs_enqueued_total`` and ``askr_jobs_failed_total`` —
+the ids the jobs table and the failed table have handed out (``QueueAdmin.issued``, what
+the dashboard's throughput plots read): ``rate(askr_jobs_enqueued_total[5m])`` is jobs
+enqueued a second, and jobs done a second is that less ``deriv(sum(askr_queue_total)[5m])``
+and the failed rate.
+
+And ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
 logged) and ``askr_scrape_duration_seconds``.
 """
 
@@ -28,7 +34,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..exceptions import SqlQueueError
@@ -111,11 +117,32 @@ class QueueCollector(Collector):
                 if row.key_concurrency is not None:
                     per_key.add_metric([row.queue], float(row.key_concurrency))
             yield per_key
+            yield from self._issued()
         duration = GaugeMetricFamily(
             "askr_scrape_duration_seconds", "Seconds this scrape spent reading the tables."
         )
         duration.add_metric([], time.perf_counter() - started)
         yield duration
+
+    def _issued(self) -> Iterator[Metric]:
+        """The tables' ids issued as counters; none when they cannot be read (a role without
+        the sequence's privilege): the gauges stand, the reason is logged."""
+        try:
+            jobs, failed = self.admin.issued()
+        except SqlQueueError as exc:
+            logger.warning("no ids issued in this scrape: %s", exc)
+            return
+        for name, text, value in (
+            ("askr_jobs_enqueued", "Jobs the jobs table has taken (ids it handed out).", jobs),
+            (
+                "askr_jobs_failed",
+                "Rows the failed-jobs table has taken (ids it handed out).",
+                failed,
+            ),
+        ):
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], float(value))
+            yield counter
 
 
 def serve(admin: QueueAdmin, port: int, addr: str = "0.0.0.0") -> None:

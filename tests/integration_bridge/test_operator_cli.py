@@ -210,6 +210,12 @@ def test_the_exporter_serves_the_queues_figures(
     assert {key: found[key] for key in expected} == expected
     assert ("askr_scrape_duration_seconds", "") in found
     assert found[("askr_queue_paused", "default")] == 0
+    # The tables' ids issued, as counters: one more job, one more enqueued.
+    assert found[("askr_jobs_failed_total", "")] == 1
+    enqueued = found[("askr_jobs_enqueued_total", "")]
+    assert enqueued >= 4
+    queue.dispatch("App\\Jobs\\A", {}, queue="mail")
+    assert scrape(exporter)[("askr_jobs_enqueued_total", "")] == enqueued + 1
     if table.layout == "askr":  # flow control is contract v1's (Laravel's: test_laravel_pause)
         store = table.store  # type: ignore[attr-defined]
         store.pause("default")
