@@ -46,12 +46,15 @@ KEYED = """
 KEYED_WINDOW = 4
 
 # A keyed claim's candidates: the claim's two halves (fresh, lapsed), each in claim order
-# and bounded, with KEYED; ids and keys only (payloads are read for the rows taken).
+# and bounded, with KEYED; ids and keys only (payloads are read for the rows taken). The
+# fresh half orders by reserved_until too (all NULL there): PostgreSQL follows an index's
+# order only past equalities, and IS NULL is not one — without it, it sorted every ready
+# row of the queue (400k: 217 ms a round → 3 ms), as PostgreSQL's own claim says.
 _KEYED_CANDIDATES = f"""
         SELECT * FROM (
             SELECT id, priority, available_at, concurrency_key, 0 AS lapsed FROM askr_jobs
              WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now {KEYED}
-             ORDER BY priority DESC, available_at, id LIMIT :n) AS fresh
+             ORDER BY reserved_until, priority DESC, available_at, id LIMIT :n) AS fresh
         UNION ALL
         SELECT * FROM (
             SELECT id, priority, available_at, concurrency_key, 1 AS lapsed FROM askr_jobs
@@ -642,7 +645,10 @@ class Queries(LayoutPrimitives):
     )
     # The jobs no one holds, in the order claims will take them: the ready ones first —
     # the claim's two halves (never reserved, reservation lapsed), each read in claim
-    # order from the claim index and bounded, merged by the caller (admin.peek) —, then,
+    # order from the claim index and bounded, merged by the caller (admin.peek); the
+    # first orders by reserved_until too (all NULL: PostgreSQL follows the index's order
+    # only past equalities, and IS NULL is not one: without it, it sorted the queue's
+    # 400k ready rows, 0.23 s, as the claim would) —, then,
     # when fewer than asked are ready, the delayed ones by when they become ready. (One
     # statement ordering every unheld row by "ready, else when" sorted the whole queue:
     # 0.27 s for 400k jobs on MariaDB.)
@@ -651,7 +657,7 @@ class Queries(LayoutPrimitives):
         SELECT * FROM (
             SELECT {_PEEKED} FROM askr_jobs
              WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
-             ORDER BY priority DESC, available_at, id LIMIT :n) AS fresh
+             ORDER BY reserved_until, priority DESC, available_at, id LIMIT :n) AS fresh
         UNION ALL
         SELECT * FROM (
             SELECT {_PEEKED} FROM askr_jobs
