@@ -12,6 +12,7 @@ from typing import Any
 from kombu_sqlqueue.exceptions import ConfigurationError, SchemaMismatch
 from kombu_sqlqueue.store.admin import (
     FailedJob,
+    PeekAfter,
     QueueStats,
     WaitingJob,
     below,
@@ -162,14 +163,23 @@ class LaravelAdmin:
         ((found,),) = read_rows(self._store, self._store.q.known, {"queue": queue})
         return bool(found)
 
-    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+    def peek(self, queue: str, n: int, after: PeekAfter | None = None) -> list[WaitingJob]:
         validate_queue_name(queue)
         s = self._store
-        params = {**self._params(), "queue": queue, "n": max(0, int(n))}
-        return [
-            WaitingJob(int(i), str(q), s.q.stored_payload(p), int(a), int(at), int(c))
-            for i, q, a, at, c, *p in read_rows(s, s.q.peek, params)
-        ]
+
+        def read(query: Any, count: int, **more: Any) -> list[WaitingJob]:
+            params = {**self._params(), "queue": queue, "n": max(0, int(count)), **more}
+            return [
+                WaitingJob(int(i), str(q), s.q.stored_payload(p), int(a), int(at), int(c))
+                for i, q, a, at, c, *p in read_rows(s, query, params)
+            ]
+
+        if after is None:
+            return read(s.q.peek, n)
+        if after.delayed:
+            return read(s.q.peek_delayed_after, n, available_at=after.available_at, id=after.id)
+        found = read(s.q.peek_ready_after, n, id=after.id)
+        return found + (read(s.q.peek_delayed, n - len(found)) if len(found) < n else [])
 
     def job(self, queue: str, job_id: int) -> WaitingJob | None:
         validate_queue_name(queue)

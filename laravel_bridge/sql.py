@@ -292,6 +292,31 @@ class LaravelQueries:
             .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
             .limit(sa.bindparam("n"))
         )
+        # A next page (LaravelAdmin.peek's ``after``, a keyset): past a ready job, the ready
+        # ones by id and then the delayed ones from the first; past a delayed one, the
+        # delayed ones past it.
+        peeked = sa.select(
+            j.id, j.queue, j.attempts, j.available_at, j.created_at, *read_payload(j.payload)
+        ).where(
+            j.queue == sa.bindparam("queue"),
+            sa.or_(j.reserved_at.is_(None), j.reserved_at <= expired),
+        )
+        self.peek_ready_after = (
+            peeked.where(j.available_at <= now, j.id > sa.bindparam("id"))
+            .order_by(j.id)
+            .limit(sa.bindparam("n"))
+        )
+        self.peek_delayed = (
+            peeked.where(j.available_at > now)
+            .order_by(j.available_at, j.id)
+            .limit(sa.bindparam("n"))
+        )
+        since: Any = sa.bindparam("available_at")
+        self.peek_delayed_after = self.peek_delayed.where(
+            sa.or_(
+                j.available_at > since, sa.and_(j.available_at == since, j.id > sa.bindparam("id"))
+            )
+        )
         # One job of a queue by id, held or not (a job's page: reserved_at says which).
         self.job = sa.select(
             j.id,

@@ -45,6 +45,7 @@ from ..ops.connect import open_admin
 from ..ops.summary import JobSummary, summarize
 from ..store.admin import (
     FailedJob,
+    PeekAfter,
     QueueAdmin,
     QueueStats,
     WaitingJob,
@@ -649,13 +650,25 @@ def create_app(
         queue = request.query_params.get("name", "")
         if layout not in admins.layouts:
             raise HTTPException(404, f"no table layout {layout!r}")
+        after_text = request.query_params.get("after", "")
+        try:
+            after = PeekAfter.parse(after_text) if after_text else None
+        except ValueError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        now = int(time.time())
         try:
             with admins.admin(layout) as admin:
                 known = admin.is_known(queue)  # (checks the name first)
                 stats = next((s for s in admin.stats() if s.queue == queue), None)
                 if not known and stats is None:  # no job, no failed job, no control
                     raise HTTPException(404, f"no queue {queue!r} in the {layout} tables")
-                waiting = admin.peek(queue, PAGE_JOBS)
+                # A page of the next jobs, and one past it: is there a next page (keyset:
+                # it starts past this page's last job)?
+                waiting = admin.peek(queue, PAGE_JOBS + 1, after)
+                more = (
+                    str(PeekAfter.of(waiting[PAGE_JOBS - 1], now)) if waiting[PAGE_JOBS:] else None
+                )
+                del waiting[PAGE_JOBS:]
                 held = _held(admin, queue)
         except InvalidQueueName as exc:
             raise HTTPException(404, str(exc)) from exc
@@ -674,7 +687,9 @@ def create_app(
             waiting=[job_view(job, layout) for job in waiting],
             held=None if held is None else [job_view(job, layout) for job in held],
             holders=sorted({job.holder for job in held or () if job.holder}),
-            now=int(time.time()),
+            now=now,
+            after=after,
+            more=more,
         )
 
     def job_page(request: Request, raw_only: bool = False) -> Response:

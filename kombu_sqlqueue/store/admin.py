@@ -78,6 +78,46 @@ class WaitingJob:
 
 
 @dataclass(frozen=True, slots=True)
+class PeekAfter:
+    """Where a page of :meth:`QueueAdmin.peek` starts: after this job, in claim order (a
+    keyset: the next page is read from the index, not by counting past the first ones).
+    Spelled ``r.<priority>.<available_at>.<id>`` after a ready job, ``d.<available_at>.<id>``
+    after a delayed one (what a page's "more" link carries)."""
+
+    delayed: bool
+    priority: int
+    available_at: int
+    id: int
+
+    @classmethod
+    def of(cls, job: WaitingJob, now: int) -> PeekAfter:
+        return cls(job.available_at > now, job.priority, job.available_at, job.id)
+
+    @classmethod
+    def parse(cls, text: str) -> PeekAfter:
+        """The cursor ``text`` spells; :class:`ValueError` when it spells none."""
+        kind, *numbers = text.split(".")
+        if not all(n.lstrip("-").isascii() and n.lstrip("-").isdigit() for n in numbers) or any(
+            len(n) > 19 for n in numbers
+        ):
+            raise ValueError(f"not a position in a queue: {text!r}")
+        values = [int(n) for n in numbers]
+        if kind == "r" and len(values) == 3:
+            return cls(False, *values)
+        if kind == "d" and len(values) == 2:
+            return cls(True, 0, *values)
+        raise ValueError(f"not a position in a queue: {text!r}")
+
+    def __str__(self) -> str:
+        if self.delayed:
+            return f"d.{self.available_at}.{self.id}"
+        return f"r.{self.priority}.{self.available_at}.{self.id}"
+
+    def params(self) -> dict[str, int]:
+        return {"priority": self.priority, "available_at": self.available_at, "id": self.id}
+
+
+@dataclass(frozen=True, slots=True)
 class FailedJob:
     """A dead letter (``askr_failed_jobs``) or a row of another layout's failed-jobs table."""
 
@@ -120,9 +160,10 @@ class QueueAdmin(Protocol):
         """True when ``queue`` holds a job or a dead letter (or, on contract v1, a binding)."""
         ...
 
-    def peek(self, queue: str, n: int) -> list[WaitingJob]:
+    def peek(self, queue: str, n: int, after: PeekAfter | None = None) -> list[WaitingJob]:
         """The next ``n`` unheld jobs of ``queue`` in the order claims take them (the
-        ready ones first, then the delayed ones by when they become ready)."""
+        ready ones first, then the delayed ones by when they become ready); after
+        ``after`` when given (the next page)."""
         ...
 
     def job(self, queue: str, job_id: int) -> WaitingJob | None:
@@ -432,14 +473,23 @@ class ContractAdmin:
         ((found,),) = read_rows(self._store, self._store.q.queue_known, {"queue": queue})
         return bool(found)
 
-    def peek(self, queue: str, n: int) -> list[WaitingJob]:
-        # The two ready halves in claim order (priority, then age), then the delayed ones.
-        ready = sorted(
-            self._waiting(self._store.q.queue_peek, queue, n),
-            key=lambda job: (-job.priority, job.available_at, job.id),
-        )[: max(0, n)]
+    def peek(self, queue: str, n: int, after: PeekAfter | None = None) -> list[WaitingJob]:
+        # The two ready halves in claim order (priority, then age), then the delayed ones;
+        # after a ready job, the ready ones past it; after a delayed one, delayed ones only.
+        q, past = self._store.q, {} if after is None else after.params()
+        ready: list[WaitingJob] = []
+        if after is None or not after.delayed:
+            ready = sorted(
+                self._waiting(
+                    q.queue_peek if after is None else q.queue_peek_after, queue, n, **past
+                ),
+                key=lambda job: (-job.priority, job.available_at, job.id),
+            )[: max(0, n)]
         if len(ready) < n:
-            ready += self._waiting(self._store.q.queue_peek_delayed, queue, n - len(ready))
+            if after is not None and after.delayed:
+                ready += self._waiting(q.queue_peek_delayed_after, queue, n - len(ready), **past)
+            else:
+                ready += self._waiting(q.queue_peek_delayed, queue, n - len(ready))
         return ready
 
     def held(self, queue: str, n: int) -> list[WaitingJob]:

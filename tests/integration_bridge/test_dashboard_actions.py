@@ -336,3 +336,60 @@ def test_failed_jobs_are_searched_by_name_or_exception(db_url: str, signed_in: T
     both = signed_in.get("/failed/askr", params={"search": "ceback"}).text  # the exception's text
     assert len(listed(both)) == PAGE_JOBS and 'class="older"' in both and "search=ceback" in both
     assert listed(signed_in.get("/failed/askr", params={"search": "nothing-like-it"}).text) == []
+
+
+def queue_pages(client: TestClient, layout: str, queue: str) -> list[list[int]]:
+    """Every page of a queue's next jobs, following "more →" links (keyset)."""
+    pages, params = [], {"layout": layout, "name": queue}
+    while True:
+        page = client.get("/queue", params=params)
+        assert page.status_code == 200, page.text
+        next_part = page.text.split("<h2>Held</h2>")[0]
+        pages.append([int(i) for i in re.findall(r'data-job="(\d+)"', next_part)])
+        more = re.search(r'class="older" href="([^"]+)"', next_part)
+        if more is None:
+            return pages
+        query = parse_qs(urlsplit(more.group(1).replace("&amp;", "&")).query)
+        assert set(query) == {"layout", "name", "after"}
+        params = {**params, "after": query["after"][0]}
+        assert len(pages) < 10, "paging does not end"
+
+
+def test_a_queue_s_next_jobs_are_paged_by_keyset_in_claim_order(
+    db_url: str, signed_in: TestClient
+) -> None:
+    store = JobStore(db_url)
+    try:
+        store.enqueue_many(
+            [NewJob("big", b"p%d" % i, priority=i % 3) for i in range(PAGE_JOBS + 20)]
+            + [NewJob("big", b"d%d" % i, delay=60 + i % 7) for i in range(PAGE_JOBS + 3)]
+        )
+        store.claim("big", 5, 60)  # held ones are not "next"
+    finally:
+        store.close()
+    admin = open_admin(db_url, "askr")
+    try:
+        whole = [job.id for job in admin.peek("big", 1000)]
+    finally:
+        admin.close()
+    pages = queue_pages(signed_in, "askr", "big")
+    assert [len(p) for p in pages] == [PAGE_JOBS, PAGE_JOBS, 18]  # 65 ready + 53 delayed
+    assert [i for p in pages for i in p] == whole  # claim order, nothing twice or missed
+
+    laravel = LaravelQueue(db_url, "laravel")
+    try:
+        for n in range(PAGE_JOBS + 4):
+            laravel.dispatch("App\\Jobs\\A", {"n": n}, queue="lara", delay=0 if n % 2 else 30 + n)
+    finally:
+        laravel.close()
+    admin = open_admin(db_url, "laravel")
+    try:
+        whole = [job.id for job in admin.peek("lara", 1000)]
+    finally:
+        admin.close()
+    pages = queue_pages(signed_in, "laravel", "lara")
+    assert [len(p) for p in pages] == [PAGE_JOBS, 4]
+    assert [i for p in pages for i in p] == whole
+    for bad in ("x", "r.1.2", "d.1.2.3", "r.a.b.c", "d.1." + "9" * 30, "r.1.2.3.4"):
+        page = signed_in.get("/queue", params={"layout": "askr", "name": "big", "after": bad})
+        assert page.status_code == 404, bad

@@ -64,6 +64,32 @@ _KEYED_CANDIDATES = f"""
 
 #: The columns of a job a queue's page shows (admin.peek).
 _PEEKED = "id, queue, payload, priority, available_at, attempts, max_attempts, uuid, created_at"
+# A queue's ready jobs, the claim's two halves (see Queries.queue_peek); {after}: nothing,
+# or the next page's start.
+_PEEK_READY = f"""
+        SELECT * FROM (
+            SELECT {_PEEKED} FROM askr_jobs
+             WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now {{after}}
+             ORDER BY reserved_until, priority DESC, available_at, id LIMIT :n) AS fresh
+        UNION ALL
+        SELECT * FROM (
+            SELECT {_PEEKED} FROM askr_jobs
+             WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now {{after}}
+             ORDER BY priority DESC, available_at, id LIMIT :n) AS lapsed_rows
+        """
+# Past a ready job in claim order (priority descending, then age, then id).
+_PEEK_AFTER_READY = """
+               AND (priority < :priority OR (priority = :priority AND (available_at > :available_at
+                    OR (available_at = :available_at AND id > :id))))"""
+_PEEK_DELAYED = f"""
+        SELECT {_PEEKED} FROM askr_jobs
+         WHERE queue = :queue AND available_at > :now
+           AND (reserved_until IS NULL OR reserved_until <= :now) {{after}}
+         ORDER BY available_at, id
+         LIMIT :n
+        """
+_PEEK_AFTER_DELAYED = """
+           AND (available_at > :available_at OR (available_at = :available_at AND id > :id))"""
 
 # Contract v1's claim; {uncontrolled}: UNCONTROLLED or nothing (see Queries.job_claim).
 _CLAIM = """
@@ -652,28 +678,10 @@ class Queries(LayoutPrimitives):
     # when fewer than asked are ready, the delayed ones by when they become ready. (One
     # statement ordering every unheld row by "ready, else when" sorted the whole queue:
     # 0.27 s for 400k jobs on MariaDB.)
-    queue_peek = sa.text(
-        f"""
-        SELECT * FROM (
-            SELECT {_PEEKED} FROM askr_jobs
-             WHERE queue = :queue AND reserved_until IS NULL AND available_at <= :now
-             ORDER BY reserved_until, priority DESC, available_at, id LIMIT :n) AS fresh
-        UNION ALL
-        SELECT * FROM (
-            SELECT {_PEEKED} FROM askr_jobs
-             WHERE queue = :queue AND reserved_until <= :now AND available_at <= :now
-             ORDER BY priority DESC, available_at, id LIMIT :n) AS lapsed_rows
-        """
-    )
-    queue_peek_delayed = sa.text(
-        f"""
-        SELECT {_PEEKED} FROM askr_jobs
-         WHERE queue = :queue AND available_at > :now
-           AND (reserved_until IS NULL OR reserved_until <= :now)
-         ORDER BY available_at, id
-         LIMIT :n
-        """
-    )
+    queue_peek = sa.text(_PEEK_READY.format(after=""))
+    queue_peek_after = sa.text(_PEEK_READY.format(after=_PEEK_AFTER_READY))
+    queue_peek_delayed = sa.text(_PEEK_DELAYED.format(after=""))
+    queue_peek_delayed_after = sa.text(_PEEK_DELAYED.format(after=_PEEK_AFTER_DELAYED))
     # The live reservations of a queue, the soonest to lapse first.
     queue_held = sa.text(
         """
