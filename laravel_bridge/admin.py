@@ -174,11 +174,9 @@ class LaravelAdmin:
                 for i, q, a, at, c, *p in read_rows(s, query, params)
             ]
 
-        if after is None:
-            return read(s.q.peek, n)
-        if after.delayed:
+        if after is not None and after.delayed:
             return read(s.q.peek_delayed_after, n, available_at=after.available_at, id=after.id)
-        found = read(s.q.peek_ready_after, n, id=after.id)
+        found = read(s.q.peek_ready_after, n, id=0 if after is None else after.id)
         return found + (read(s.q.peek_delayed, n - len(found)) if len(found) < n else [])
 
     def job(self, queue: str, job_id: int) -> WaitingJob | None:

@@ -276,25 +276,13 @@ class LaravelQueries:
             j.queue, j.attempts
         )
         # Laravel's claim order is the id among ready rows; delayed ones by when they wake.
-        self.peek = (
-            sa.select(
-                j.id,
-                j.queue,
-                j.attempts,
-                j.available_at,
-                j.created_at,
-                *read_payload(j.payload),
-            )
-            .where(
-                j.queue == sa.bindparam("queue"),
-                sa.or_(j.reserved_at.is_(None), j.reserved_at <= expired),
-            )
-            .order_by(sa.case((j.available_at <= now, now), else_=j.available_at), j.id)
-            .limit(sa.bindparam("n"))
-        )
-        # A next page (LaravelAdmin.peek's ``after``, a keyset): past a ready job, the ready
-        # ones by id and then the delayed ones from the first; past a delayed one, the
-        # delayed ones past it.
+        # Two statements (LaravelAdmin.peek): the ready ones past an id (0: from the first)
+        # in id order, which the queue index gives (InnoDB's and SQLite's carry the id),
+        # stopping at the page; the delayed ones only when fewer are ready. (One statement
+        # ordering every unheld row by "ready, else when" sorted the whole queue: 3.0 s for
+        # 400k jobs on MariaDB.) A next page (``after``, a keyset): past a ready job, the
+        # ready ones past its id, then the delayed ones from the first; past a delayed
+        # one, the delayed ones past it.
         peeked = sa.select(
             j.id, j.queue, j.attempts, j.available_at, j.created_at, *read_payload(j.payload)
         ).where(
