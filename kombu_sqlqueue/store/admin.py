@@ -180,7 +180,7 @@ class QueueAdmin(Protocol):
     def holders(self, queues: Sequence[str] | None = None) -> list[Holding]:
         """Who holds live reservations, per queue (empty where the layout records none);
         of ``queues`` alone when given — those :meth:`stats` says hold jobs
-        (:func:`held_queues`): on a large table, much cheaper than every queue's."""
+        (``held_queues``): on a large table, much cheaper than every queue's."""
         ...
 
     def release_holder(self, holder: str, queue: str | None = None) -> int:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from .schedules import schedule_table
+
 #: The durable queue contract these tables speak (``askr_jobs`` / ``askr_failed_jobs``).
 CONTRACT_VERSION = 1
 JOBS_TABLE = "askr_jobs"
@@ -263,4 +265,6 @@ def build_metadata(now_sql: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )
+    # Periodic tasks (kombu_sqlqueue.beat): made with the others, read only by beats.
+    schedule_table(metadata)
     return metadata, jobs, failed

@@ -292,7 +292,7 @@ def test_a_disk_that_fills_with_the_wal_and_frees_again_drains_every_job(
                     published.append(str(i))
         assert len(published) > 10
         assert Path(f"{db}-wal").stat().st_size > 512 * 1024  # the jobs are in the WAL
-        assert db.stat().st_size < 64 * 1024
+        assert db.stat().st_size < 128 * 1024  # the empty tables' pages
         if consumer == "refused-while-full":
             for _ in range(3):  # its claims refused: logged, and it carries on
                 with contextlib.suppress(TimeoutError):
@@ -331,7 +331,7 @@ def test_a_write_refused_for_want_of_space_has_the_next_one_copy_the_wal_into_th
         store.ensure_ready()
         for _ in range(12):
             store.enqueue(NewJob("room", b"x" * 16384))
-        assert db.stat().st_size < 64 * 1024 < 192 * 1024 < wal.stat().st_size
+        assert db.stat().st_size < 128 * 1024 < 192 * 1024 < wal.stat().st_size
         free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
         ballast.write_bytes(b"\0" * free)
         with pytest.raises(StoreFullError):

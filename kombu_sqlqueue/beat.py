@@ -1,0 +1,310 @@
+"""``celery beat`` with its schedule in the broker's database, run on every host:
+``celery -A app beat -S kombu_sqlqueue.beat:DatabaseScheduler`` (or ``beat_scheduler``).
+
+Each beat writes its app's ``beat_schedule`` to ``askr_beat_entries`` at start, reads every
+entry from there, and sends a due tick only when the database says the tick is its own: a
+compare-and-set of the entry's last run, in the transaction that also writes the task's
+message (``kombu_sqlqueue.enlist``). However many beats run, each tick is sent once; kill -9
+any of them, the one sending included, and its open transaction is rolled back — the tick is
+then sent by the next beat to find it due. See docs/periodic-tasks.md.
+
+Celery's own rules hold: an entry is due by its schedule's ``is_due(last_run_at)`` (the
+last run being the database's, shared by every beat), after downtime it runs once, not a
+burst, and the next run counts from when it ran.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from celery import schedules
+from celery.beat import ScheduleEntry, Scheduler
+from kombu.utils import json as kombu_json
+
+from .exceptions import ConfigurationError
+from .store.database import Database
+from .store.enlist import enlist
+from .store.schedules import EntryRow, ScheduleTable
+from .store.store import JobStore
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two reads of the schedule's definitions (a CLI change is picked up then).
+RELOAD_SECONDS = 5.0
+#: The beat's own loop bound when the app sets none (django-celery-beat's too).
+DEFAULT_MAX_INTERVAL = 5.0
+
+_CRON_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+
+
+class InvalidSchedule(ConfigurationError):
+    """A schedule that cannot be stored or read: an invalid crontab or interval, an
+    unknown kind, arguments JSON cannot hold."""
+
+
+def schedule_to_json(schedule: Any) -> str:
+    """A Celery schedule (interval, ``crontab``, ``solar``) as the table stores it."""
+    if isinstance(schedule, (int, float, datetime.timedelta)):
+        schedule = schedules.schedule(schedule)
+    if isinstance(schedule, schedules.crontab):
+        spec = {f: _cron_text(getattr(schedule, f"_orig_{f}")) for f in _CRON_FIELDS}
+        return dumps({"crontab": spec})
+    if isinstance(schedule, schedules.solar):
+        return dumps({"solar": {"event": schedule.event, "lat": schedule.lat, "lon": schedule.lon}})
+    if type(schedule) is schedules.schedule:
+        seconds = schedule.run_every.total_seconds()
+        return dumps({"every": seconds, "relative": bool(schedule.relative)})
+    raise InvalidSchedule(f"a schedule of kind {type(schedule).__name__} cannot be stored")
+
+
+def _cron_text(value: Any) -> str:
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return ",".join(str(v) for v in sorted(value))
+    return str(value)
+
+
+def schedule_from_json(text: str, app: Any = None) -> Any:
+    """The Celery schedule ``text`` stores (:class:`InvalidSchedule` when it holds none)."""
+    try:
+        spec = loads(text)
+        if not isinstance(spec, dict):
+            raise TypeError("not an object")
+        if "every" in spec:
+            seconds = float(spec["every"])
+            if not 0 < seconds < 10**9:
+                raise ValueError(f"an interval of {seconds!r} seconds")
+            return schedules.schedule(
+                datetime.timedelta(seconds=seconds), relative=bool(spec.get("relative")), app=app
+            )
+        if "crontab" in spec:
+            fields = spec["crontab"]
+            return schedules.crontab(**{f: str(fields.get(f, "*")) for f in _CRON_FIELDS}, app=app)
+        if "solar" in spec:
+            s = spec["solar"]
+            return schedules.solar(str(s["event"]), float(s["lat"]), float(s["lon"]), app=app)
+    except InvalidSchedule:
+        raise
+    except Exception as exc:  # crontab raises ValueError, TypeError and ParseException
+        raise InvalidSchedule(f"not a schedule: {text[:200]!r} ({exc})") from exc
+    raise InvalidSchedule(f"not a schedule: {text[:200]!r} (no every, crontab or solar)")
+
+
+def dumps(value: Any) -> str:
+    """JSON as Kombu writes it (datetimes, UUIDs and decimals too)."""
+    return str(kombu_json.dumps(value))  # type: ignore[no-untyped-call]
+
+
+def loads(text: str) -> Any:
+    return kombu_json.loads(text)  # type: ignore[no-untyped-call]
+
+
+def _us(moment: datetime.datetime) -> int:
+    return round(moment.timestamp() * 1_000_000)
+
+
+def _moment(us: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(us / 1_000_000, datetime.UTC)
+
+
+class DatabaseEntry(ScheduleEntry):  # type: ignore[misc]  # (Celery is untyped)
+    """An entry with the last run the database holds (``seen_us``: what the next take
+    compares with)."""
+
+    def __init__(self, *args: Any, seen_us: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen_us = seen_us
+
+    def _next_instance(self, last_run_at: Any = None, only_update_last_run_at: bool = False) -> Any:
+        return self  # the database advances it (DatabaseScheduler.reserve)
+
+    __next__ = next = _next_instance
+
+
+class DatabaseScheduler(Scheduler):  # type: ignore[misc]
+    """A Celery beat scheduler whose entries and their last runs live in the broker's
+    database; run it on as many hosts as you like."""
+
+    Entry = DatabaseEntry
+
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("schedule_filename", None)  # Celery's shelve file: not ours
+        self._table: ScheduleTable | None = None
+        self._database: Database | None = None
+        self._loaded_at = 0.0
+        self._definitions: dict[str, tuple[str, ...]] = {}
+        self._unreadable: set[str] = set()
+        self.whoami = f"{socket.gethostname()}:{os.getpid()}"
+        super().__init__(app, *args, **kwargs)
+        if not (kwargs.get("max_interval") or app.conf.beat_max_loop_interval):
+            self.max_interval = DEFAULT_MAX_INTERVAL
+
+    # -- the table -----------------------------------------------------------------------
+
+    def _open(self) -> ScheduleTable:
+        if self._table is None:
+            url = str(self.app.conf.broker_url or "")
+            if not url.startswith("sqlqueue+"):
+                raise ConfigurationError(
+                    f"DatabaseScheduler keeps the schedule in the broker's database: "
+                    f"broker_url must be a sqlqueue+ URL, got {url.split('://')[0]!r}"
+                )
+            self._database = Database(url.removeprefix("sqlqueue+"))
+            # Every table (the queue's, which an enlisted publish cannot create inside its
+            # transaction, and the schedule's), as a worker makes them.
+            JobStore(self._database).create_schema()
+            self._table = ScheduleTable(
+                self._database.db, self._database.engine.queries.insert_or_nothing
+            )
+        return self._table
+
+    def setup_schedule(self) -> None:
+        table = self._open()
+        configured: dict[str, Any] = {}
+        self.install_default_entries(configured)
+        for name, spec in self.app.conf.beat_schedule.items():
+            configured[name] = spec
+        rows = [self._row_of(name, spec) for name, spec in configured.items()]
+        changed = table.write_definitions(rows, _us(datetime.datetime.now(datetime.UTC)))
+        if changed:
+            logger.info("beat: schedule entries written: %s", ", ".join(changed))
+        self._load(force=True)
+
+    def install_default_entries(self, data: Any) -> None:
+        if self.app.conf.result_expires and not self.app.backend.supports_autoexpire:
+            data.setdefault(
+                "celery.backend_cleanup",
+                {"task": "celery.backend_cleanup", "schedule": schedules.crontab("0", "4", "*")},
+            )
+
+    def _row_of(self, name: str, spec: Mapping[str, Any]) -> EntryRow:
+        """An app's entry (a ``beat_schedule`` dict) as the table stores it."""
+        try:
+            schedule = spec["schedule"]
+            if spec.get("relative") and isinstance(schedule, (int, float, datetime.timedelta)):
+                schedule = schedules.schedule(schedule, relative=True)
+            return EntryRow(
+                name=name,
+                task=str(spec["task"]),
+                schedule=schedule_to_json(schedule),
+                args=dumps(list(spec.get("args") or ())),
+                kwargs=dumps(dict(spec.get("kwargs") or {})),
+                options=dumps(dict(spec.get("options") or {})),
+            )
+        except (KeyError, TypeError) as exc:
+            raise InvalidSchedule(f"beat_schedule entry {name!r} cannot be stored: {exc}") from exc
+
+    def _load(self, force: bool = False) -> None:
+        """Read every entry (its definition and last run) when due or ``force``; an entry
+        the code cannot read is left out, said once."""
+        now = time.monotonic()
+        if not force and now - self._loaded_at < min(RELOAD_SECONDS, self.max_interval):
+            return
+        self._loaded_at = now
+        fresh: dict[str, DatabaseEntry] = {}
+        definitions: dict[str, tuple[str, ...]] = {}
+        for row in self._open().entries():
+            if not row.enabled:
+                continue
+            try:
+                entry = self._entry_of(row)
+            except InvalidSchedule as exc:
+                if row.name not in self._unreadable:
+                    logger.error("beat: entry %r skipped, it cannot be read: %s", row.name, exc)
+                    self._unreadable.add(row.name)
+                continue
+            self._unreadable.discard(row.name)
+            fresh[row.name] = entry
+            definitions[row.name] = row.definition
+        if definitions != self._definitions or force:
+            self._definitions = definitions
+            self.data = fresh
+        else:  # the same definitions: keep the entries (and the heap), refresh last runs
+            for name, entry in fresh.items():
+                known = self.data.get(name)
+                if isinstance(known, DatabaseEntry) and known.seen_us != entry.seen_us:
+                    known.last_run_at, known.seen_us = entry.last_run_at, entry.seen_us
+                    known.total_run_count = entry.total_run_count
+
+    def _entry_of(self, row: EntryRow) -> DatabaseEntry:
+        try:
+            args, kwargs, options = loads(row.args), loads(row.kwargs), loads(row.options)
+        except ValueError as exc:
+            raise InvalidSchedule(f"arguments are not JSON: {exc}") from exc
+        if (
+            not isinstance(args, list)
+            or not isinstance(kwargs, dict)
+            or not isinstance(options, dict)
+        ):
+            raise InvalidSchedule("args must be a list, kwargs and options objects")
+        schedule = schedule_from_json(row.schedule, self.app)
+        return DatabaseEntry(
+            name=row.name,
+            task=row.task,
+            schedule=schedule,
+            args=args,
+            kwargs=kwargs,
+            options=options,
+            last_run_at=None if row.last_run_us is None else _moment(row.last_run_us),
+            total_run_count=row.total_run_count,
+            app=self.app,
+            seen_us=row.last_run_us,
+        )
+
+    def get_schedule(self) -> dict[str, Any]:
+        self._load()
+        return self.data
+
+    def set_schedule(self, schedule: dict[str, Any]) -> None:
+        self.data = schedule
+
+    schedule = property(get_schedule, set_schedule)
+
+    # -- a tick --------------------------------------------------------------------------
+
+    def reserve(self, entry: ScheduleEntry) -> ScheduleEntry:
+        """Take the due tick of ``entry`` and send it, one transaction: sent here when the
+        database says the tick is this beat's; else another beat sent it (read again)."""
+        assert isinstance(entry, DatabaseEntry)
+        table = self._open()
+        now = datetime.datetime.now(datetime.UTC)
+        try:
+            with table.db.begin() as conn:
+                taken = table.take(conn, entry.name, entry.seen_us, _us(now), self.whoami)
+                if taken:
+                    with enlist(conn):
+                        self.apply_async(entry, producer=self.producer, advance=False)
+        except Exception as exc:  # the tick and its message rolled back together
+            logger.error("beat: %s not sent (tried again when next due): %s", entry.name, exc)
+            return entry
+        if taken:  # committed: the tick and its message
+            logger.info("Scheduler: Sent due task %s (%s)", entry.name, entry.task)
+            entry.last_run_at, entry.seen_us = now, _us(now)
+            entry.total_run_count += 1
+            return entry
+        # Another beat ran it since this one read it: its last run, from the database.
+        row = table.entry(entry.name)
+        if row is not None and row.last_run_us is not None:
+            entry.last_run_at, entry.seen_us = _moment(row.last_run_us), row.last_run_us
+            entry.total_run_count = row.total_run_count
+        return entry
+
+    def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
+        pass  # sent in reserve(), in the transaction that took the tick
+
+    def sync(self) -> None:
+        pass  # every run is written when it is taken
+
+    def close(self) -> None:
+        super().close()
+        if self._database is not None:
+            self._database.close()
+
+    @property
+    def info(self) -> str:
+        return f"    . db -> {self.app.conf.broker_url.split('@')[-1]} (askr_beat_entries)"

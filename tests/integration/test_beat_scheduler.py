@@ -1,0 +1,165 @@
+"""``kombu_sqlqueue.beat.DatabaseScheduler`` in the test process, on every engine: a tick
+and its message commit together or not at all, a row the code cannot read is skipped while
+the others tick, Celery's catch-up rule after downtime, and schedules stored and read back
+(the real ``celery beat`` processes: tests/e2e/test_beat.py)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+from celery import Celery, schedules
+
+from kombu_sqlqueue.beat import (
+    DatabaseScheduler,
+    InvalidSchedule,
+    schedule_from_json,
+    schedule_to_json,
+)
+from kombu_sqlqueue.store import JobStore
+
+#: The apps a test made, closed at its end (their broker connections' pools).
+_apps: list[Celery] = []
+
+
+def make_app(broker_url: str, **entries: dict[str, object]) -> Celery:
+    app = Celery("beat_test", broker=broker_url, set_as_current=False)
+    app.conf.update(beat_schedule=entries, result_expires=None)
+    _apps.append(app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _close_apps() -> Iterator[None]:
+    yield
+    while _apps:
+        _apps.pop().close()
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[JobStore]:
+    s = JobStore(db_url)
+    yield s
+    s.close()
+
+
+def tick_until(scheduler: DatabaseScheduler, done: object, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:  # type: ignore[operator]
+        scheduler.tick()
+        time.sleep(0.02)
+
+
+def test_a_tick_and_its_message_commit_together_or_not_at_all(
+    broker_url: str, store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app(broker_url, often={"task": "t.often", "schedule": 0.05})
+    scheduler = DatabaseScheduler(app)
+    try:
+        tick_until(scheduler, lambda: store.size("celery") >= 2)
+        sent = store.size("celery")
+        (row,) = [r for r in scheduler._table.entries() if r.name == "often"]  # type: ignore[union-attr]
+        assert row.total_run_count == sent  # one message per tick taken
+
+        # The send fails after its message was written: both roll back, the tick is not
+        # spent (it is tried again when next due), nothing is left in the queue.
+        original = DatabaseScheduler.apply_async
+
+        def fails_after(self: DatabaseScheduler, *args: object, **kwargs: object) -> None:
+            original(self, *args, **kwargs)
+            raise RuntimeError("the process died here")
+
+        monkeypatch.setattr(DatabaseScheduler, "apply_async", fails_after)
+        for _ in range(5):
+            scheduler.tick()
+            time.sleep(0.06)
+        assert store.size("celery") == sent
+        (again,) = [r for r in scheduler._table.entries() if r.name == "often"]  # type: ignore[union-attr]
+        assert (again.total_run_count, again.last_run_us) == (row.total_run_count, row.last_run_us)
+        monkeypatch.undo()
+        tick_until(scheduler, lambda: store.size("celery") > sent)
+    finally:
+        scheduler.close()
+
+
+def test_a_row_the_code_cannot_read_is_skipped_and_the_others_tick(
+    broker_url: str, store: JobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(broker_url, good={"task": "t.good", "schedule": 0.05})
+    first = DatabaseScheduler(app)
+    table = first._table
+    assert table is not None
+    with table.db.begin() as conn:  # what another version or a hand edit may leave
+        for name, schedule, args in (
+            ("bad-cron", '{"crontab": {"minute": "61"}}', "[]"),
+            ("bad-kind", '{"every": -1}', "[]"),
+            ("bad-json", "not json", "[]"),
+            ("bad-args", '{"every": 1}', "{not json"),
+        ):
+            conn.execute(
+                table.table.insert().values(
+                    name=name, task="t.x", schedule=schedule, args=args, kwargs="{}",
+                    options="{}", updated_us=1,
+                )
+            )  # fmt: skip
+    first.close()
+    with caplog.at_level(logging.ERROR, logger="kombu_sqlqueue.beat"):
+        scheduler = DatabaseScheduler(app)
+        try:
+            tick_until(scheduler, lambda: store.size("celery") >= 2)
+            for _ in range(3):
+                scheduler._load(force=True)
+        finally:
+            scheduler.close()
+    assert store.size("celery") >= 2
+    said = [r.getMessage() for r in caplog.records]
+    for name in ("bad-cron", "bad-kind", "bad-json", "bad-args"):
+        assert sum(f"entry {name!r} skipped" in line for line in said) == 1, said
+
+
+def test_after_downtime_an_entry_runs_once_not_a_burst(broker_url: str, store: JobStore) -> None:
+    app = make_app(broker_url, minutely={"task": "t.m", "schedule": 60.0})
+    scheduler = DatabaseScheduler(app)
+    table = scheduler._table
+    assert table is not None
+    hour_ago = int((time.time() - 3600) * 1_000_000)
+    with table.db.begin() as conn:
+        conn.execute(table.table.update().values(last_run_us=hour_ago))
+    scheduler._load(force=True)
+    try:
+        for _ in range(20):
+            scheduler.tick()
+            time.sleep(0.01)
+    finally:
+        scheduler.close()
+    assert store.size("celery") == 1  # 60 runs missed: one run, as Celery does
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        schedules.schedule(datetime.timedelta(seconds=90)),
+        schedules.schedule(datetime.timedelta(minutes=5), relative=True),
+        schedules.crontab(minute="*/15", hour="9-17", day_of_week="mon-fri"),
+        schedules.crontab(minute=0, hour=[4, 16]),
+        schedules.crontab(day_of_month="1", month_of_year="*/3"),
+    ],
+)
+def test_schedules_are_stored_and_read_back(schedule: object) -> None:
+    again = schedule_from_json(schedule_to_json(schedule))
+    assert again == schedule and type(again) is type(schedule)
+    assert getattr(again, "relative", None) == getattr(schedule, "relative", None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"crontab": {"minute": "61"}}', '{"crontab": {"hour": "*/"}}',
+     '{"crontab": {"minute": "-1"}}', '{"every": 0}', '{"every": "x"}', '{"nothing": 1}', "[]",
+     "{", '{"solar": {"event": "x"}}'],
+)  # fmt: skip
+def test_a_schedule_that_is_none_is_a_named_error(text: str) -> None:
+    with pytest.raises(InvalidSchedule):
+        schedule_from_json(text)
