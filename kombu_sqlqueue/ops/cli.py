@@ -43,6 +43,7 @@ from ..store.layouts import (
 )
 from ..store.schema import CONTRACT_TABLES, CONTRACT_VERSION
 from .connect import open_admin, store_url
+from .schedule_cli import print_schedule_of, schedule
 from .summary import summarize
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -342,6 +343,8 @@ def stats(
                 click.echo(json.dumps([_stats_json(r) for r in rows]))
             else:
                 _print_stats(rows, admin.tables)
+                if admin.layout == CONTRACT_LAYOUT and not queues:
+                    print_schedule_of(url)
             if not watch:
                 return
             sys.stdout.flush()
@@ -1081,6 +1084,9 @@ def _move(
             else ""
         )
         click.echo(_safe(f"{m.queue}: {m.moved} moved{dead}"))
+
+
+main.add_command(schedule)
 
 
 def run() -> None:

@@ -150,19 +150,65 @@ class ScheduleTable:
                 }
                 known = present.get(row.name)
                 if known is None:
-                    inserted = conn.execute(
+                    # (Another beat starting now may insert it first: then it is updated
+                    # below to this app's definition, the same row either way.)
+                    conn.execute(
                         self._insert_or_nothing(self.table).values(
                             name=row.name, source=row.source, enabled=1, **values
                         )
                     )
-                    if inserted.rowcount:
-                        changed.append(row.name)
-                        continue
                 elif known.definition == row.definition:
                     continue
                 conn.execute(sa.update(self.table).where(t.name == row.name).values(values))
                 changed.append(row.name)
         return changed
+
+    def present(self) -> bool:
+        """Whether the table is in this database (a beat or ``create-tables`` made it)."""
+        return bool(sa.inspect(self.db).has_table(SCHEDULE_TABLE))
+
+    def add(self, row: EntryRow, now_us: int) -> bool:
+        """Insert an entry (``schedule add``); False when one of that name exists."""
+        values = {
+            "name": row.name,
+            "task": row.task,
+            "schedule": row.schedule,
+            "args": row.args,
+            "kwargs": row.kwargs,
+            "options": row.options,
+            "enabled": 1 if row.enabled else 0,
+            "source": row.source,
+            "updated_us": now_us,
+        }
+        t = self.table.c
+        with self.db.begin() as conn:
+            conn.execute(self._insert_or_nothing(self.table).values(**values))
+            # Ours when the row holds what was just written (an INSERT … ON CONFLICT DO
+            # NOTHING's rowcount is not reported by every driver: psycopg says -1).
+            found = conn.execute(
+                sa.select(t.task, t.schedule, t.source, t.updated_us).where(t.name == row.name)
+            ).first()
+        return found is not None and tuple(found) == (row.task, row.schedule, row.source, now_us)
+
+    def set_enabled(self, name: str, enabled: bool, now_us: int) -> bool:
+        """Pause (``enabled`` False) or resume an entry; False when there is none of that
+        name. Running beats drop or take it up at their next read of the table; a beat
+        still holding it cannot send it once paused (the take requires it enabled)."""
+        t = self.table.c
+        with self.db.begin() as conn:
+            changed = conn.execute(
+                sa.update(self.table)
+                .where(t.name == name)
+                .values(enabled=1 if enabled else 0, updated_us=now_us)
+            )
+            return bool(changed.rowcount == 1)
+
+    def remove(self, name: str) -> bool:
+        """Delete an entry; False when there is none of that name. (An entry of an app's
+        ``beat_schedule`` is written again when a beat of that app starts.)"""
+        with self.db.begin() as conn:
+            gone = conn.execute(sa.delete(self.table).where(self.table.c.name == name))
+            return bool(gone.rowcount == 1)
 
     def take(
         self, conn: sa.Connection, name: str, seen_us: int | None, now_us: int, by: str

@@ -83,3 +83,46 @@ def test_three_beats_send_each_tick_once_and_a_killed_sender_loses_none(
     # More than one beat sent ticks (the killed one before, a survivor after).
     senders = {beat.name for beat in beats if SENT.search(beat.output)}
     assert len(senders) >= 2 and sender.name in senders, senders
+
+
+def queued(db_url: str, queue: str) -> int:
+    ((n,),) = sql(db_url, "SELECT count(*) FROM askr_jobs WHERE queue = ?", queue)
+    return int(n)
+
+
+@pytest.mark.timeout(120)
+def test_a_schedule_changed_from_the_cli_is_followed_by_running_beats(
+    spawn: Callable[..., Proc], broker_url: str, db_url: str
+) -> None:
+    from support import kombu_sqlqueue_cli
+
+    store = JobStore(db_url)
+    try:
+        store.create_schema()
+    finally:
+        store.close()
+    for i in range(2):
+        spawn(f"beat{i}", beat_args(), E2E_BROKER_URL=broker_url)
+    wait_until(lambda: ticks_in_table(db_url) >= 1, 60, what="the beats running")
+
+    def cli(*args: str) -> None:
+        run = kombu_sqlqueue_cli("schedule", *args)
+        assert run.returncode == 0, run.stderr
+
+    def still(queue: str) -> int:
+        """The count once running beats have read the change (max loop interval 1 s)."""
+        time.sleep(2.5)
+        settled = queued(db_url, queue)
+        time.sleep(3)
+        assert queued(db_url, queue) == settled, f"{queue}: still sent"
+        return settled
+
+    cli("add", broker_url, "cli-tick", "beat_app.tick", "--every", "1s", "--queue", "cli-ticks")
+    wait_until(lambda: queued(db_url, "cli-ticks") >= 2, 30, what="the added entry's ticks")
+    cli("pause", broker_url, "cli-tick")
+    paused = still("cli-ticks")
+    cli("resume", broker_url, "cli-tick")
+    wait_until(lambda: queued(db_url, "cli-ticks") > paused, 30, what="ticks after resume")
+    cli("remove", broker_url, "cli-tick")
+    still("cli-ticks")
+    assert ticks_in_table(db_url) >= 10  # the app's own entry ticked on throughout
