@@ -30,7 +30,7 @@ from kombu.utils import json as kombu_json
 from .exceptions import ConfigurationError
 from .store.database import Database
 from .store.enlist import enlist
-from .store.schedules import EntryRow, ScheduleTable
+from .store.schedules import LATE_SECONDS, EntryRow, ScheduleTable
 from .store.store import JobStore
 
 logger = logging.getLogger(__name__)
@@ -273,9 +273,18 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         assert isinstance(entry, DatabaseEntry)
         table = self._open()
         now = datetime.datetime.now(datetime.UTC)
+        # How long ago it was due (the schedule's estimate from the last run, negative).
+        overdue = -entry.schedule.remaining_estimate(entry.last_run_at).total_seconds()
         try:
             with table.db.begin() as conn:
-                taken = table.take(conn, entry.name, entry.seen_us, _us(now), self.whoami)
+                taken = table.take(
+                    conn,
+                    entry.name,
+                    entry.seen_us,
+                    _us(now),
+                    self.whoami,
+                    late=overdue > LATE_SECONDS,
+                )
                 if taken:
                     with enlist(conn):
                         self.apply_async(entry, producer=self.producer, advance=False)

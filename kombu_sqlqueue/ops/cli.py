@@ -43,7 +43,7 @@ from ..store.layouts import (
 )
 from ..store.schema import CONTRACT_TABLES, CONTRACT_VERSION
 from .connect import open_admin, store_url
-from .schedule_cli import print_schedule_of, schedule
+from .schedule_cli import print_schedule_of, schedule, schedule_table
 from .summary import summarize
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -899,7 +899,11 @@ def metrics(url: str, port: int, addr: str, **kw: Any) -> None:
     admin = _admin(kw, url)
     click.echo(f"serving metrics on http://{addr}:{port}/metrics (Ctrl-C to stop)", err=True)
     try:
-        serve(admin, port, addr)
+        if admin.layout != CONTRACT_LAYOUT:
+            serve(admin, port, addr)
+            return
+        with schedule_table(url, create=False) as table:  # the periodic tasks too
+            serve(admin, port, addr, table)
     finally:
         admin.close()
 

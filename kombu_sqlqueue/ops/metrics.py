@@ -22,6 +22,11 @@ the dashboard's throughput plots read): ``rate(askr_jobs_enqueued_total[5m])`` i
 enqueued a second, and jobs done a second is that less ``deriv(sum(askr_queue_total)[5m])``
 and the failed rate.
 
+Periodic tasks (``kombu_sqlqueue.beat``), labelled by ``entry``, when the database has a
+schedule: ``askr_beat_runs_total`` and ``askr_beat_late_runs_total`` (counters: runs sent,
+and runs sent more than 2 s after they were due), ``askr_beat_overdue_seconds`` (a gauge: how
+long the next run has been due unsent; it rises when no beat runs).
+
 And ``askr_up`` (1 when the scrape read the database, 0 when it failed: the reason is
 logged) and ``askr_scrape_duration_seconds``.
 """
@@ -32,13 +37,16 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..exceptions import SqlQueueError
 from ..store.admin import QueueAdmin, QueueStats
+from ..store.schedules import LATE_SECONDS, EntryRow, ScheduleTable
 
 logger = logging.getLogger(__name__)
 
@@ -145,10 +153,75 @@ class QueueCollector(Collector):
             yield counter
 
 
-def serve(admin: QueueAdmin, port: int, addr: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` on ``addr:port`` until interrupted."""
+class ScheduleCollector(Collector):
+    """Periodic tasks (``kombu_sqlqueue.beat``), labelled by ``entry``: runs sent and runs
+    sent late (counters, from ``askr_beat_entries``), and how overdue each entry's next run
+    is now (a gauge: 0 while on time; rising when no beat sends it). Nothing when the
+    database has no schedule."""
+
+    def __init__(self, table: ScheduleTable) -> None:
+        self.table = table
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            rows = self.table.entries() if self.table.present() else []
+        except (SqlQueueError, SQLAlchemyError) as exc:
+            logger.warning("no schedule in this scrape: %s", exc)
+            return
+        if not rows:
+            return
+        runs = CounterMetricFamily(
+            "askr_beat_runs", "Runs of the periodic task sent (by any beat).", labels=["entry"]
+        )
+        late = CounterMetricFamily(
+            "askr_beat_late_runs",
+            f"Runs sent more than {LATE_SECONDS:g} s after they were due.",
+            labels=["entry"],
+        )
+        overdue = GaugeMetricFamily(
+            "askr_beat_overdue_seconds",
+            "How long the entry's next run has been due and not sent (0: on time).",
+            labels=["entry"],
+        )
+        for row in rows:
+            runs.add_metric([row.name], float(row.total_run_count))
+            late.add_metric([row.name], float(row.late_runs))
+            behind = _overdue(row)
+            if behind is not None:
+                overdue.add_metric([row.name], behind)
+        yield runs
+        yield late
+        yield overdue
+
+
+def _overdue(row: EntryRow) -> float | None:
+    """Seconds the next run of ``row`` is overdue (None: never ran, paused, unreadable)."""
+    if not row.enabled or row.last_run_us is None:
+        return None
+    try:
+        from ..beat import InvalidSchedule, schedule_from_json  # Celery's schedules
+    except ImportError:
+        return None
+    try:
+        schedule = schedule_from_json(row.schedule)
+    except InvalidSchedule:
+        return None
+    last = datetime.fromtimestamp(row.last_run_us / 1_000_000, UTC)
+    return max(0.0, -float(schedule.remaining_estimate(last).total_seconds()))
+
+
+def serve(
+    admin: QueueAdmin, port: int, addr: str = "0.0.0.0", schedule: ScheduleTable | None = None
+) -> None:
+    """Serve ``/metrics`` on ``addr:port`` until interrupted (and the periodic tasks of
+    ``schedule``)."""
     registry = CollectorRegistry()
     registry.register(QueueCollector(admin))
+    if schedule is not None:
+        registry.register(ScheduleCollector(schedule))
     server, thread = start_http_server(port, addr=addr, registry=registry)
     logger.info("serving metrics on http://%s:%d/metrics", addr, server.server_port)
     try:

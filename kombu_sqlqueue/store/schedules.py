@@ -23,6 +23,8 @@ import sqlalchemy as sa
 
 #: The table (ours, additive to contract v1's).
 SCHEDULE_TABLE = "askr_beat_entries"
+#: A run sent more than this many seconds after it was due is counted late.
+LATE_SECONDS = 2.0
 
 
 def schedule_table(metadata: sa.MetaData) -> sa.Table:
@@ -46,6 +48,9 @@ def schedule_table(metadata: sa.MetaData) -> sa.Table:
         sa.Column("source", sa.String(16), nullable=False, server_default="config"),
         # When the definition last changed (unix microseconds): running beats reload then.
         sa.Column("updated_us", sa.BigInteger, nullable=False),
+        # Runs sent late: more than LATE_SECONDS after they were due (a beat down, all beats
+        # busy, a clock stepped): what the exporter counts as late ticks.
+        sa.Column("late_runs", sa.BigInteger, nullable=False, server_default="0"),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )
@@ -67,6 +72,7 @@ class EntryRow:
     last_sent_by: str | None = None
     source: str = "config"
     updated_us: int = 0
+    late_runs: int = 0
 
     @property
     def definition(self) -> tuple[str, str, str, str, str]:
@@ -91,6 +97,7 @@ class ScheduleTable:
             "last_run_us": sa.bindparam("now_us"),
             "total_run_count": t.total_run_count + 1,
             "last_sent_by": sa.bindparam("sent_by"),
+            "late_runs": t.late_runs + sa.bindparam("late"),
         }
         mine = sa.and_(t.name == sa.bindparam("entry_name"), t.enabled == 1)
         self._take = sa.update(self.table).where(mine, t.last_run_us == seen).values(took)
@@ -111,7 +118,21 @@ class ScheduleTable:
 
     @staticmethod
     def _row(found: Any) -> EntryRow:
-        (name, task, schedule, args, kwargs, options, enabled, last, count, by, source, at) = found
+        (
+            name,
+            task,
+            schedule,
+            args,
+            kwargs,
+            options,
+            enabled,
+            last,
+            count,
+            by,
+            source,
+            at,
+            late,
+        ) = found
         return EntryRow(
             str(name),
             str(task),
@@ -125,6 +146,7 @@ class ScheduleTable:
             by,
             str(source),
             int(at),
+            int(late),
         )
 
     def write_definitions(self, rows: Sequence[EntryRow], now_us: int) -> list[str]:
@@ -211,12 +233,18 @@ class ScheduleTable:
             return bool(gone.rowcount == 1)
 
     def take(
-        self, conn: sa.Connection, name: str, seen_us: int | None, now_us: int, by: str
+        self,
+        conn: sa.Connection,
+        name: str,
+        seen_us: int | None,
+        now_us: int,
+        by: str,
+        late: bool = False,
     ) -> bool:
         """In ``conn``'s transaction: the tick after the run ``seen_us`` (None: the first) is
         this caller's, now — True — or another's — False (it ran since, or the entry was
         disabled or removed)."""
-        params = {"entry_name": name, "now_us": now_us, "sent_by": by[:255]}
+        params = {"entry_name": name, "now_us": now_us, "sent_by": by[:255], "late": int(late)}
         if seen_us is None:
             return bool(conn.execute(self._take_first, params).rowcount == 1)
         return bool(conn.execute(self._take, {**params, "seen_us": seen_us}).rowcount == 1)

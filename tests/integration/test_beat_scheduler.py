@@ -20,6 +20,7 @@ from kombu_sqlqueue.beat import (
     schedule_to_json,
 )
 from kombu_sqlqueue.store import JobStore
+from kombu_sqlqueue.store.schedules import ScheduleTable
 
 #: The apps a test made, closed at its end (their broker connections' pools).
 _apps: list[Celery] = []
@@ -133,9 +134,32 @@ def test_after_downtime_an_entry_runs_once_not_a_burst(broker_url: str, store: J
         for _ in range(20):
             scheduler.tick()
             time.sleep(0.01)
+        assert store.size("celery") == 1  # 60 runs missed: one run, as Celery does
+        exported(table, hour_ago)
     finally:
         scheduler.close()
-    assert store.size("celery") == 1  # 60 runs missed: one run, as Celery does
+
+
+def exported(table: ScheduleTable, hour_ago: int) -> None:
+    """The exporter's figures of the entry that ran once, late, after downtime."""
+
+    # One run, sent late; then due again an hour ago, unsent.
+    from kombu_sqlqueue.ops.metrics import ScheduleCollector
+
+    def figures() -> dict[str, float]:
+        return {
+            sample.name: sample.value
+            for family in ScheduleCollector(table).collect()
+            for sample in family.samples
+            if sample.labels.get("entry") == "minutely"
+        }
+
+    found = figures()
+    assert found["askr_beat_runs_total"] == 1 and found["askr_beat_late_runs_total"] == 1
+    assert found["askr_beat_overdue_seconds"] == 0
+    with table.db.begin() as conn:
+        conn.execute(table.table.update().values(last_run_us=hour_ago))
+    assert 3600 - 60 - 5 < figures()["askr_beat_overdue_seconds"] < 3600 - 60 + 5
 
 
 @pytest.mark.parametrize(
