@@ -1,8 +1,10 @@
-"""``celery beat`` on the SQLite default with two workers: every tick runs once.
+"""Two ``celery beat`` processes and two workers on the SQLite default: every tick is sent
+once and runs once.
 
-Starts ``celery -A tasks beat`` and two ``celery -A tasks worker`` processes (``w1``, ``w2``)
-on one SQLite file, lets beat send a tick a second for ``RUN_SECONDS`` (default 8), stops
-beat, lets the workers finish the queue, then compares what beat sent with what ran:
+Starts two ``celery -A tasks beat`` (``b1``, ``b2``: the app's ``DatabaseScheduler``) and two
+``celery -A tasks worker`` processes (``w1``, ``w2``) on one SQLite file, lets the beats send a
+tick a second for ``RUN_SECONDS`` (default 8), stops them, lets the workers finish the queue,
+then compares what the beats sent with what ran: a tick a second between them (not two),
 every tick ran once, none twice, none lost. Exits 1 if not.
 
     python examples/beat/run.py
@@ -29,7 +31,7 @@ from tasks import BROKER_URL, TICKS_FILE  # noqa: E402
 from kombu_sqlqueue.store import open_store  # noqa: E402
 
 RUN_SECONDS = float(os.environ.get("RUN_SECONDS", "8"))
-SENT = re.compile(r"Sending due task tick-every-second \(tasks\.tick\)")
+SENT = re.compile(r"Sent due task tick-every-second \(tasks\.tick\)")
 
 
 def celery(*args: str, log: Path) -> subprocess.Popen[bytes]:
@@ -58,7 +60,6 @@ def main() -> int:
             "beat-example.db*"
         ):
             stale.unlink()
-    TICKS_FILE.with_name("celerybeat-schedule").unlink(missing_ok=True)
     logs = TICKS_FILE.parent
     print(f"broker: {BROKER_URL}")
 
@@ -66,18 +67,24 @@ def main() -> int:
         celery("worker", "-n", f"{name}@%h", "-c", "2", "-l", "info", log=logs / f"{name}.log")
         for name in ("w1", "w2")
     ]
-    beat = celery("beat", "-l", "info", log=logs / "beat.log")
+    beats = [celery("beat", "-l", "info", log=logs / f"{name}.log") for name in ("b1", "b2")]
     try:
         time.sleep(RUN_SECONDS)
-        stop(beat)
-        sent = len(SENT.findall((logs / "beat.log").read_text(errors="replace")))
+        for beat in beats:
+            stop(beat)
+        by_beat = {
+            name: len(SENT.findall((logs / f"{name}.log").read_text(errors="replace")))
+            for name in ("b1", "b2")
+        }
+        sent = sum(by_beat.values())
         store = open_store(BROKER_URL.removeprefix("sqlqueue+"))
         deadline = time.monotonic() + 60
         while store.backlog("celery").total and time.monotonic() < deadline:
             time.sleep(0.2)
         store.close()
     finally:
-        stop(beat)
+        for beat in beats:
+            stop(beat)
         for worker in workers:
             stop(worker)
 
@@ -85,10 +92,14 @@ def main() -> int:
     per_id = collections.Counter(run["id"] for run in runs)
     per_worker = collections.Counter(run["worker"].split("@")[0] for run in runs)
     twice = [task_id for task_id, n in per_id.items() if n > 1]
-    print(f"beat sent {sent} ticks in {RUN_SECONDS:.0f}s; {len(runs)} runs, "
-          f"{len(per_id)} distinct; by worker: {dict(sorted(per_worker.items()))}")  # fmt: skip
+    print(f"two beats sent {sent} ticks in {RUN_SECONDS:.0f}s (by beat: {by_beat}); "
+          f"{len(runs)} runs, {len(per_id)} distinct; "
+          f"by worker: {dict(sorted(per_worker.items()))}")  # fmt: skip
     if sent == 0 or twice or len(per_id) != sent:
         print(f"FAILED: ran twice: {twice}; sent {sent}, ran {len(per_id)}")
+        return 1
+    if sent > RUN_SECONDS + 2:  # a tick a second between both beats, not one each
+        print(f"FAILED: {sent} ticks in {RUN_SECONDS:.0f}s: the beats sent ticks twice")
         return 1
     print("beat example finished: every tick ran exactly once.")
     return 0

@@ -1,6 +1,7 @@
 """A Celery app with a beat schedule, on the SQLite default.
 
-``celery -A tasks beat`` sends ``tasks.tick`` every second; any number of
+``celery -A tasks beat`` sends ``tasks.tick`` every second — with this package's
+``DatabaseScheduler``, as many beats as you start send each tick once; any number of
 ``celery -A tasks worker`` processes share the queue, and each tick runs once.
 Each run appends one line (its task id, the worker's name) to ``TICKS_FILE``.
 """
@@ -20,8 +21,10 @@ TICKS_FILE = Path(os.environ.get("TICKS_FILE", HERE / "ticks.jsonl"))
 app = Celery("tasks", broker=BROKER_URL)
 app.conf.update(
     beat_schedule={"tick-every-second": {"task": "tasks.tick", "schedule": 1.0}},
-    # beat keeps its last-run times beside the queue, not in the working directory
-    beat_schedule_filename=str(TICKS_FILE.with_name("celerybeat-schedule")),
+    # the schedule and each entry's last run in the broker's database: a beat on every
+    # host, each tick sent once (docs/periodic-tasks.md)
+    beat_scheduler="kombu_sqlqueue.beat:DatabaseScheduler",
+    beat_max_loop_interval=1,
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
