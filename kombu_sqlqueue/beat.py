@@ -140,6 +140,8 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         self._definitions: dict[str, tuple[str, ...]] = {}
         self._unreadable: set[str] = set()
         self.whoami = f"{socket.gethostname()}:{os.getpid()}"
+        #: Ticks this beat sent (each taken by its compare-and-set).
+        self.sent_ticks = 0
         super().__init__(app, *args, **kwargs)
         if not (kwargs.get("max_interval") or app.conf.beat_max_loop_interval):
             self.max_interval = DEFAULT_MAX_INTERVAL
@@ -293,6 +295,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             return entry
         if taken:  # committed: the tick and its message
             logger.info("Scheduler: Sent due task %s (%s)", entry.name, entry.task)
+            self.sent_ticks += 1
             entry.last_run_at, entry.seen_us = now, _us(now)
             entry.total_run_count += 1
             return entry
