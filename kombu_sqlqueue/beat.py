@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of the schedule's definitions (a CLI change is picked up then).
 RELOAD_SECONDS = 5.0
+#: A last run this far in the future (seconds, by the database's clock) means the clock
+#: stepped back since it was written.
+STEPPED_BACK_SECONDS = 1.0
 #: The beat's own loop bound when the app sets none (django-celery-beat's too).
 DEFAULT_MAX_INTERVAL = 5.0
 
@@ -69,8 +72,9 @@ def _cron_text(value: Any) -> str:
     return str(value)
 
 
-def schedule_from_json(text: str, app: Any = None) -> Any:
-    """The Celery schedule ``text`` stores (:class:`InvalidSchedule` when it holds none)."""
+def schedule_from_json(text: str, app: Any = None, nowfun: Any = None) -> Any:
+    """The Celery schedule ``text`` stores (:class:`InvalidSchedule` when it holds none),
+    telling the time by ``nowfun`` when given (else the app's clock)."""
     try:
         spec = loads(text)
         if not isinstance(spec, dict):
@@ -80,14 +84,21 @@ def schedule_from_json(text: str, app: Any = None) -> Any:
             if not 0 < seconds < 10**9:
                 raise ValueError(f"an interval of {seconds!r} seconds")
             return schedules.schedule(
-                datetime.timedelta(seconds=seconds), relative=bool(spec.get("relative")), app=app
+                datetime.timedelta(seconds=seconds),
+                relative=bool(spec.get("relative")),
+                nowfun=nowfun,
+                app=app,
             )
         if "crontab" in spec:
             fields = spec["crontab"]
-            return schedules.crontab(**{f: str(fields.get(f, "*")) for f in _CRON_FIELDS}, app=app)
+            return schedules.crontab(
+                **{f: str(fields.get(f, "*")) for f in _CRON_FIELDS}, nowfun=nowfun, app=app
+            )
         if "solar" in spec:
             s = spec["solar"]
-            return schedules.solar(str(s["event"]), float(s["lat"]), float(s["lon"]), app=app)
+            return schedules.solar(
+                str(s["event"]), float(s["lat"]), float(s["lon"]), nowfun=nowfun, app=app
+            )
     except InvalidSchedule:
         raise
     except Exception as exc:  # crontab raises ValueError, TypeError and ParseException
@@ -120,6 +131,18 @@ class DatabaseEntry(ScheduleEntry):  # type: ignore[misc]  # (Celery is untyped)
         super().__init__(*args, **kwargs)
         self.seen_us = seen_us
 
+    def is_due(self) -> Any:
+        """Celery's rule; except that an interval entry whose last run lies in the future
+        (the database's clock stepped back since) is due now: waiting for the clock to
+        pass it would skip every run of the step. (A crontab entry waits for its next
+        slot: running at once would repeat one.)"""
+        schedule = self.schedule
+        if type(schedule) is schedules.schedule and self.last_run_at is not None:
+            ahead = (self.last_run_at - schedule.now()).total_seconds()
+            if ahead > STEPPED_BACK_SECONDS:
+                return schedules.schedstate(True, schedule.seconds)
+        return super().is_due()
+
     def _next_instance(self, last_run_at: Any = None, only_update_last_run_at: bool = False) -> Any:
         return self  # the database advances it (DatabaseScheduler.reserve)
 
@@ -142,9 +165,19 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         self.whoami = f"{socket.gethostname()}:{os.getpid()}"
         #: Ticks this beat sent (each taken by its compare-and-set).
         self.sent_ticks = 0
+        #: The database's clock less this host's (microseconds), read with the entries:
+        #: every beat's "now" is the database's, so hosts whose clocks differ, or a clock
+        #: stepped by NTP, agree on when an entry is due.
+        self.clock_offset_us = 0
         super().__init__(app, *args, **kwargs)
         if not (kwargs.get("max_interval") or app.conf.beat_max_loop_interval):
             self.max_interval = DEFAULT_MAX_INTERVAL
+
+    def now(self) -> datetime.datetime:
+        """The database's time (this host's clock corrected by the last offset read)."""
+        return datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+            microseconds=self.clock_offset_us
+        )
 
     # -- the table -----------------------------------------------------------------------
 
@@ -160,8 +193,9 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             # Every table (the queue's, which an enlisted publish cannot create inside its
             # transaction, and the schedule's), as a worker makes them.
             JobStore(self._database).create_schema()
+            queries = self._database.engine.queries
             self._table = ScheduleTable(
-                self._database.db, self._database.engine.queries.insert_or_nothing
+                self._database.db, queries.insert_or_nothing, queries.clock_us
             )
         return self._table
 
@@ -208,6 +242,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         if not force and now - self._loaded_at < min(RELOAD_SECONDS, self.max_interval):
             return
         self._loaded_at = now
+        self.clock_offset_us = self._open().clock_offset_us()
         fresh: dict[str, DatabaseEntry] = {}
         definitions: dict[str, tuple[str, ...]] = {}
         for row in self._open().entries():
@@ -244,7 +279,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             or not isinstance(options, dict)
         ):
             raise InvalidSchedule("args must be a list, kwargs and options objects")
-        schedule = schedule_from_json(row.schedule, self.app)
+        schedule = schedule_from_json(row.schedule, self.app, nowfun=self.now)
         return DatabaseEntry(
             name=row.name,
             task=row.task,
@@ -274,7 +309,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         database says the tick is this beat's; else another beat sent it (read again)."""
         assert isinstance(entry, DatabaseEntry)
         table = self._open()
-        now = datetime.datetime.now(datetime.UTC)
+        now = self.now()
         # How long ago it was due (the schedule's estimate from the last run, negative).
         overdue = -entry.schedule.remaining_estimate(entry.last_run_at).total_seconds()
         try:

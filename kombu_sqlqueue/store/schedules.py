@@ -15,6 +15,7 @@ options as JSON, written and read by ``kombu_sqlqueue/beat.py``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +85,11 @@ class ScheduleTable:
     """The schedule's rows and the compare-and-set of a tick, on a SQLAlchemy engine of the
     broker's database (``insert_or_nothing``: the engine's ``Queries`` primitive)."""
 
-    def __init__(self, db: sa.Engine, insert_or_nothing: Any) -> None:
+    def __init__(
+        self, db: sa.Engine, insert_or_nothing: Any, clock_us: sa.TextClause | None = None
+    ) -> None:
         self.db = db
+        self._clock_us = clock_us
         self.table = schedule_table(sa.MetaData())
         self._insert_or_nothing = insert_or_nothing
         t = self.table.c
@@ -184,6 +188,17 @@ class ScheduleTable:
                 conn.execute(sa.update(self.table).where(t.name == row.name).values(values))
                 changed.append(row.name)
         return changed
+
+    def clock_offset_us(self) -> int:
+        """How far the database's clock is ahead of this host's (microseconds; negative:
+        behind), read at the middle of the round trip. 0 without the engine's clock."""
+        if self._clock_us is None:
+            return 0
+        with self.db.connect() as conn:
+            before = time.time()
+            database_us = int(conn.execute(self._clock_us).scalar_one())
+            after = time.time()
+        return database_us - round((before + after) / 2 * 1_000_000)
 
     def present(self) -> bool:
         """Whether the table is in this database (a beat or ``create-tables`` made it)."""

@@ -187,3 +187,29 @@ def test_schedules_are_stored_and_read_back(schedule: object) -> None:
 def test_a_schedule_that_is_none_is_a_named_error(text: str) -> None:
     with pytest.raises(InvalidSchedule):
         schedule_from_json(text)
+
+
+def test_a_clock_stepped_back_neither_repeats_nor_skips(broker_url: str, store: JobStore) -> None:
+    """The last runs were written before the clock stepped back 30 s: an interval entry
+    goes on at once (waiting for the clock to pass its last run would skip 30 runs), a
+    crontab entry waits for its next slot (running now would repeat the one it ran)."""
+    app = make_app(
+        broker_url,
+        often={"task": "t.often", "schedule": 1.0, "options": {"queue": "often"}},
+        cron={"task": "t.cron", "schedule": schedules.crontab(), "options": {"queue": "cron"}},
+    )
+    scheduler = DatabaseScheduler(app)
+    table = scheduler._table
+    assert table is not None
+    try:
+        assert abs(scheduler.clock_offset_us) < 1_000_000  # the database's clock, read
+        ahead = int((time.time() + 30) * 1_000_000)
+        with table.db.begin() as conn:
+            conn.execute(table.table.update().values(last_run_us=ahead))
+        scheduler._load(force=True)
+        tick_until(scheduler, lambda: store.size("often") >= 1, timeout=5)
+        assert store.size("often") == 1 and store.size("cron") == 0
+        tick_until(scheduler, lambda: store.size("often") >= 2, timeout=5)  # then each second
+        assert store.size("cron") == 0
+    finally:
+        scheduler.close()

@@ -204,6 +204,10 @@ class LayoutPrimitives:
         (value,) = found
         return value if isinstance(value, str) else bytes(value)
 
+    #: The database server's clock, unix microseconds (what beats on several hosts agree on:
+    #: kombu_sqlqueue.beat). Each engine says it its own way.
+    clock_us: ClassVar[sa.TextClause] = sa.text("SELECT 0")
+
     @staticmethod
     def grouped_by_scan(column: Any) -> Any:
         """What a count of every row grouped by ``column`` groups by: the column, where the

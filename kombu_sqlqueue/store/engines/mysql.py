@@ -72,6 +72,8 @@ _CLAIM = """
 
 class MySQLQueries(Queries):
     now_sql: ClassVar[str] = "(unix_timestamp())"
+    # SYSDATE(6): the time now (NOW() is the statement's start), to the microsecond.
+    clock_us = sa.text("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)")
 
     # The schema, on the server of that host, port and data directory (MariaDB has no
     # @@server_uuid; every user may read these).

@@ -110,6 +110,8 @@ _CLAIM_RESERVE = """
 
 class PostgreSQLQueries(Queries):
     now_sql: ClassVar[str] = "(CAST(extract(epoch FROM now()) AS BIGINT))"
+    # clock_timestamp(): the time now, not the transaction's start.
+    clock_us = sa.text("SELECT CAST(extract(epoch FROM clock_timestamp()) * 1000000 AS BIGINT)")
 
     # The database by name and oid, on the cluster that started at that moment on that
     # port (data_directory would say it best, but only a superuser may read it), and the

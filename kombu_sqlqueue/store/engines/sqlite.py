@@ -70,6 +70,8 @@ _PASSING = frozenset(
 
 class SQLiteQueries(Queries):
     now_sql: ClassVar[str] = "(unixepoch())"
+    # The host's clock (SQLite has no server), to the millisecond.
+    clock_us = sa.text("SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)")
 
     # A claim is a write transaction (BEGIN IMMEDIATE), and SQLite has one write lock for
     # the whole file: idle consumers polling an empty queue took it from the producer in
