@@ -40,6 +40,8 @@ RELOAD_SECONDS = 5.0
 #: A last run this far in the future (seconds, by the database's clock) means the clock
 #: stepped back since it was written.
 STEPPED_BACK_SECONDS = 1.0
+#: Seconds before a send that failed (the database away) is tried again.
+RETRY_SECONDS = 5.0
 #: The beat's own loop bound when the app sets none (django-celery-beat's too).
 DEFAULT_MAX_INTERVAL = 5.0
 
@@ -66,10 +68,23 @@ def schedule_to_json(schedule: Any) -> str:
     raise InvalidSchedule(f"a schedule of kind {type(schedule).__name__} cannot be stored")
 
 
+def stored_schedule(schedule: Any) -> str:
+    """``schedule`` as stored, checked to read back as itself (else a beat would skip it)."""
+    text = schedule_to_json(schedule)
+    if isinstance(schedule, (int, float, datetime.timedelta)):
+        schedule = schedules.schedule(schedule)
+    again = schedule_from_json(text)
+    if again != schedule or getattr(again, "relative", False) != getattr(
+        schedule, "relative", False
+    ):
+        raise InvalidSchedule(f"{schedule!r} does not read back as itself from {text}")
+    return text
+
+
 def _cron_text(value: Any) -> str:
-    if isinstance(value, (set, frozenset, list, tuple)):
-        return ",".join(str(v) for v in sorted(value))
-    return str(value)
+    if isinstance(value, (str, int)):
+        return str(value)
+    return ",".join(str(v) for v in sorted(value))  # a set, list, range … of values
 
 
 def schedule_from_json(text: str, app: Any = None, nowfun: Any = None) -> Any:
@@ -81,8 +96,8 @@ def schedule_from_json(text: str, app: Any = None, nowfun: Any = None) -> Any:
             raise TypeError("not an object")
         if "every" in spec:
             seconds = float(spec["every"])
-            if not 0 < seconds < 10**9:
-                raise ValueError(f"an interval of {seconds!r} seconds")
+            if not 0.001 <= seconds < 10**9:  # (a shorter one is 0 to Celery: no pause)
+                raise ValueError(f"an interval of {seconds!r} seconds (0.001 s to 31 years)")
             return schedules.schedule(
                 datetime.timedelta(seconds=seconds),
                 relative=bool(spec.get("relative")),
@@ -130,12 +145,17 @@ class DatabaseEntry(ScheduleEntry):  # type: ignore[misc]  # (Celery is untyped)
     def __init__(self, *args: Any, seen_us: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seen_us = seen_us
+        #: After a send that failed: not before this (time.monotonic()), then again.
+        self.retry_at = 0.0
 
     def is_due(self) -> Any:
         """Celery's rule; except that an interval entry whose last run lies in the future
         (the database's clock stepped back since) is due now: waiting for the clock to
         pass it would skip every run of the step. (A crontab entry waits for its next
         slot: running at once would repeat one.)"""
+        wait = self.retry_at - time.monotonic()
+        if wait > 0:  # a send failed: due again shortly, not at the next period
+            return schedules.schedstate(False, wait)
         schedule = self.schedule
         if type(schedule) is schedules.schedule and self.last_run_at is not None:
             ahead = (self.last_run_at - schedule.now()).total_seconds()
@@ -162,6 +182,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         self._loaded_at = 0.0
         self._definitions: dict[str, tuple[str, ...]] = {}
         self._unreadable: set[str] = set()
+        self._unreachable = False
         self.whoami = f"{socket.gethostname()}:{os.getpid()}"
         #: Ticks this beat sent (each taken by its compare-and-set).
         self.sent_ticks = 0
@@ -227,7 +248,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             return EntryRow(
                 name=name,
                 task=str(spec["task"]),
-                schedule=schedule_to_json(schedule),
+                schedule=stored_schedule(schedule),
                 args=dumps(list(spec.get("args") or ())),
                 kwargs=dumps(dict(spec.get("kwargs") or {})),
                 options=dumps(dict(spec.get("options") or {})),
@@ -242,15 +263,27 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         if not force and now - self._loaded_at < min(RELOAD_SECONDS, self.max_interval):
             return
         self._loaded_at = now
-        self.clock_offset_us = self._open().clock_offset_us()
+        try:
+            self.clock_offset_us = self._open().clock_offset_us()
+            rows = self._open().entries()
+        except Exception as exc:  # the database away: the entries as last read, said once
+            if not self._unreachable:
+                logger.error("beat: cannot read the schedule (the last one read stands): %s", exc)
+                self._unreachable = True
+            if force and not getattr(self, "data", None):
+                raise
+            return
+        if self._unreachable:
+            logger.info("beat: the schedule is readable again")
+            self._unreachable = False
         fresh: dict[str, DatabaseEntry] = {}
         definitions: dict[str, tuple[str, ...]] = {}
-        for row in self._open().entries():
+        for row in rows:
             if not row.enabled:
                 continue
             try:
                 entry = self._entry_of(row)
-            except InvalidSchedule as exc:
+            except Exception as exc:  # whatever a row holds: that row skipped, said once
                 if row.name not in self._unreadable:
                     logger.error("beat: entry %r skipped, it cannot be read: %s", row.name, exc)
                     self._unreadable.add(row.name)
@@ -261,6 +294,9 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         if definitions != self._definitions or force:
             self._definitions = definitions
             self.data = fresh
+            # Celery compares entries by fields that miss some changes (``relative``, 1 vs
+            # 1.0 in args): the heap is built anew from these entries, whatever it thinks.
+            self._heap = None
         else:  # the same definitions: keep the entries (and the heap), refresh last runs
             for name, entry in fresh.items():
                 known = self.data.get(name)
@@ -326,7 +362,10 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
                     with enlist(conn):
                         self.apply_async(entry, producer=self.producer, advance=False)
         except Exception as exc:  # the tick and its message rolled back together
-            logger.error("beat: %s not sent (tried again when next due): %s", entry.name, exc)
+            retry = min(RETRY_SECONDS, self.max_interval)
+            logger.error("beat: %s not sent (tried again in %g s): %s", entry.name, retry, exc)
+            entry.retry_at = time.monotonic() + retry
+            self._heap = None  # (Celery queued it for its next period: placed anew)
             return entry
         if taken:  # committed: the tick and its message
             logger.info("Scheduler: Sent due task %s (%s)", entry.name, entry.task)
@@ -334,8 +373,13 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             entry.last_run_at, entry.seen_us = now, _us(now)
             entry.total_run_count += 1
             return entry
-        # Another beat ran it since this one read it: its last run, from the database.
-        row = table.entry(entry.name)
+        # Another beat ran it since this one read it (or holds it now): its last run, from
+        # the database — or, the database away, at the next read of the entries.
+        try:
+            row = table.entry(entry.name)
+        except Exception as exc:
+            logger.warning("beat: %s: cannot read its last run: %s", entry.name, exc)
+            return entry
         if row is not None and row.last_run_us is not None:
             entry.last_run_at, entry.seen_us = _moment(row.last_run_us), row.last_run_us
             entry.total_run_count = row.total_run_count

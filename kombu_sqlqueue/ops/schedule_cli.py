@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, StoreError
 from ..store.database import Database
+from ..store.names import validate_queue_name
 from ..store.schedules import EntryRow, ScheduleTable
 from .connect import store_url
 
@@ -27,13 +29,17 @@ class UnknownEntry(ConfigurationError):
 
 @contextmanager
 def schedule_table(url: str, create: bool = True) -> Iterator[ScheduleTable]:
-    """The schedule of the database at ``url``; its table made when absent (``create``)."""
+    """The schedule of the database at ``url``; its table made when absent (``create``).
+    A database error is a :class:`StoreError` (the CLI's exit 2 with the reason)."""
     database = Database(store_url(url))
     try:
-        table = ScheduleTable(database.db, database.engine.queries.insert_or_nothing)
+        queries = database.engine.queries
+        table = ScheduleTable(database.db, queries.insert_or_nothing, queries.clock_us)
         if create:
             table.create()  # (idempotent: the schedule's table alone, as a beat makes it)
         yield table
+    except SQLAlchemyError as exc:
+        raise StoreError(f"the schedule's table cannot be used: {exc}") from exc
     finally:
         database.close()
 
@@ -72,7 +78,7 @@ def describe(row: EntryRow) -> dict[str, Any]:
         "name": row.name,
         "task": row.task,
         "enabled": row.enabled,
-        "last_run": _when(row.last_run_us),
+        "last_run": _when(row.last_run_us) if row.total_run_count else "-",
         "runs": row.total_run_count,
         "sent_by": row.last_sent_by or "-",
         "args": row.args,
@@ -88,7 +94,7 @@ def describe(row: EntryRow) -> dict[str, Any]:
     if not row.enabled:
         found["next_run"] = "paused"
     elif row.last_run_us is None and not isinstance(schedule, schedules.crontab):
-        found["next_run"] = "an interval after a beat starts"
+        found["next_run"] = "an interval after a beat starts"  # (rows of an earlier version)
     else:  # a crontab that never ran: its next slot from now
         last = now if row.last_run_us is None else _moment(row.last_run_us)
         remaining = schedule.remaining_estimate(last).total_seconds()
@@ -143,8 +149,8 @@ def schedule() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def schedule_list(url: str, as_json: bool) -> None:
     """Every entry: its schedule, next and last run, how many runs, which beat sent the last."""
-    with schedule_table(url) as table:
-        rows = table.entries()
+    with schedule_table(url, create=False) as table:
+        rows = table.entries() if table.present() else []
     if not rows and not as_json:
         click.echo("no periodic tasks (a beat with DatabaseScheduler writes its app's)")
         return
@@ -152,13 +158,17 @@ def schedule_list(url: str, as_json: bool) -> None:
 
 
 def _json_option(text: str, kind: type, what: str) -> str:
+    """``text`` as stored, read as a beat reads it (Kombu's JSON: its ``__type__`` objects
+    too, which must then be what they say)."""
+    from ..beat import loads
+
     try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"{what} is not JSON: {exc}") from exc
+        value = loads(text)
+    except Exception as exc:  # Kombu's decoder raises more than ValueError
+        raise click.BadParameter(f"{what} is not JSON a beat can read: {exc}") from exc
     if not isinstance(value, kind):
         raise click.BadParameter(f"{what} must be a JSON {kind.__name__}, got {text!r}")
-    return json.dumps(value)
+    return text
 
 
 @schedule.command("add")
@@ -238,8 +248,13 @@ def schedule_add(
         options=json.dumps(options),
         source="cli",
     )
-    if not name.strip() or len(name) > 255:
-        raise click.BadParameter(f"an entry's name is 1 to 255 characters, got {name!r}")
+    for what, value in (("an entry's name", name), ("a task's name", task)):
+        if not value or value != value.strip() or len(value) > 255:
+            raise click.BadParameter(
+                f"{what} is 1 to 255 characters, no space around them, got {value!r}"
+            )
+    if queue is not None:
+        validate_queue_name(queue)
     with schedule_table(url) as table:
         if not table.add(row, _now_us()):
             raise ConfigurationError(f"periodic task {name!r} exists: remove it first")

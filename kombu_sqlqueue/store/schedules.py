@@ -106,6 +106,15 @@ class ScheduleTable:
         mine = sa.and_(t.name == sa.bindparam("entry_name"), t.enabled == 1)
         self._take = sa.update(self.table).where(mine, t.last_run_us == seen).values(took)
         self._take_first = sa.update(self.table).where(mine, t.last_run_us.is_(None)).values(took)
+        # The row locked first, skipping it when another beat's transaction holds it: a
+        # beat stalled mid-tick (a paused VM) never makes the others wait on its lock; its
+        # tick is taken when its transaction ends. (SQLite has no row locks: one writer.)
+        self._lock = (
+            sa.select(t.name).where(mine, t.last_run_us == seen).with_for_update(skip_locked=True)
+        )
+        self._lock_first = (
+            sa.select(t.name).where(mine, t.last_run_us.is_(None)).with_for_update(skip_locked=True)
+        )
 
     def create(self) -> None:
         """Create the table if absent (idempotent; ``create-tables`` makes it too)."""
@@ -178,9 +187,16 @@ class ScheduleTable:
                 if known is None:
                     # (Another beat starting now may insert it first: then it is updated
                     # below to this app's definition, the same row either way.)
+                    # A new entry's first run is counted from when it was written (not
+                    # from each beat's start: a weekly entry would never run under daily
+                    # deploys); total_run_count says it has not run.
                     conn.execute(
                         self._insert_or_nothing(self.table).values(
-                            name=row.name, source=row.source, enabled=1, **values
+                            name=row.name,
+                            source=row.source,
+                            enabled=1,
+                            last_run_us=now_us,
+                            **values,
                         )
                     )
                 elif known.definition == row.definition:
@@ -216,6 +232,7 @@ class ScheduleTable:
             "enabled": 1 if row.enabled else 0,
             "source": row.source,
             "updated_us": now_us,
+            "last_run_us": now_us,  # its first run counted from now
         }
         t = self.table.c
         with self.db.begin() as conn:
@@ -260,6 +277,11 @@ class ScheduleTable:
         this caller's, now — True — or another's — False (it ran since, or the entry was
         disabled or removed)."""
         params = {"entry_name": name, "now_us": now_us, "sent_by": by[:255], "late": int(late)}
-        if seen_us is None:
-            return bool(conn.execute(self._take_first, params).rowcount == 1)
-        return bool(conn.execute(self._take, {**params, "seen_us": seen_us}).rowcount == 1)
+        lock, take = (
+            (self._lock_first, self._take_first) if seen_us is None else (self._lock, self._take)
+        )
+        if seen_us is not None:
+            params["seen_us"] = seen_us
+        if conn.execute(lock, params).first() is None:
+            return False  # run since, disabled, removed, or another beat's just now
+        return bool(conn.execute(take, params).rowcount == 1)

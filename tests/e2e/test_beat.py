@@ -62,6 +62,7 @@ def test_three_beats_send_each_tick_once_and_a_killed_sender_loses_none(
     ((by,),) = sql(db_url, "SELECT last_sent_by FROM askr_beat_entries WHERE name = ?", "tick")
     sender = next(b for b in beats if str(by).endswith(f":{b.pid}"))
     sender.kill_group(signal.SIGKILL)
+    killed_at = time.time()
     time.sleep(8)
     for beat in beats:
         beat.send_signal(signal.SIGTERM)
@@ -80,9 +81,10 @@ def test_three_beats_send_each_tick_once_and_a_killed_sender_loses_none(
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) > 0.5, gaps  # never the same tick twice
     assert max(gaps) <= 1 + 2, gaps  # the survivors took over within a period + 2 s
-    # More than one beat sent ticks (the killed one before, a survivor after).
-    senders = {beat.name for beat in beats if SENT.search(beat.output)}
-    assert len(senders) >= 2 and sender.name in senders, senders
+    # The killed beat had sent (the table named it); survivors sent on after it died (a
+    # tick's log line follows its commit: the killed one may have lost its last line).
+    after = [t for beat in beats if beat is not sender for t in sent_times([beat])]
+    assert any(t > killed_at + 2 for t in after), (killed_at, after[-5:])
 
 
 def queued(db_url: str, queue: str) -> int:

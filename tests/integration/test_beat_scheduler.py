@@ -12,12 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 from celery import Celery, schedules
+from sqlalchemy.exc import OperationalError
 
 from kombu_sqlqueue.beat import (
     DatabaseScheduler,
     InvalidSchedule,
     schedule_from_json,
-    schedule_to_json,
+    stored_schedule,
 )
 from kombu_sqlqueue.store import JobStore
 from kombu_sqlqueue.store.schedules import ScheduleTable
@@ -170,12 +171,57 @@ def exported(table: ScheduleTable, hour_ago: int) -> None:
         schedules.crontab(minute="*/15", hour="9-17", day_of_week="mon-fri"),
         schedules.crontab(minute=0, hour=[4, 16]),
         schedules.crontab(day_of_month="1", month_of_year="*/3"),
+        schedules.crontab(minute=range(0, 60, 15)),
     ],
 )
 def test_schedules_are_stored_and_read_back(schedule: object) -> None:
-    again = schedule_from_json(schedule_to_json(schedule))
+    again = schedule_from_json(stored_schedule(schedule))
     assert again == schedule and type(again) is type(schedule)
     assert getattr(again, "relative", None) == getattr(schedule, "relative", None)
+
+
+def test_the_database_away_stops_no_beat_and_a_failed_send_is_retried_soon(
+    broker_url: str, store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kombu_sqlqueue.store.schedules import ScheduleTable
+
+    app = make_app(broker_url, often={"task": "t.often", "schedule": 0.05})
+    app.conf.beat_max_loop_interval = 0.2
+    scheduler = DatabaseScheduler(app)
+    try:
+        tick_until(scheduler, lambda: store.size("celery") >= 1)
+
+        def down(self: object, *args: object) -> object:
+            raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+        monkeypatch.setattr(ScheduleTable, "entries", down)
+        monkeypatch.setattr(ScheduleTable, "entry", down)
+        monkeypatch.setattr(ScheduleTable, "take", down)
+        for _ in range(10):  # reads and sends fail: the beat goes on
+            scheduler._loaded_at = 0.0
+            scheduler.tick()
+            time.sleep(0.05)
+        sent = store.size("celery")
+        monkeypatch.undo()
+        # Back: the failed tick is sent within the retry delay, not a period later.
+        tick_until(scheduler, lambda: store.size("celery") > sent, timeout=3)
+        assert store.size("celery") > sent
+    finally:
+        scheduler.close()
+
+
+def test_a_never_run_entry_is_not_pushed_back_by_each_beat_start(
+    broker_url: str, store: JobStore
+) -> None:
+    app = make_app(broker_url, slow={"task": "t.slow", "schedule": 3.0})
+    DatabaseScheduler(app).close()  # written now: its first run is 3 s from now
+    time.sleep(2.2)
+    scheduler = DatabaseScheduler(app)  # a beat started (or restarted) later
+    try:
+        tick_until(scheduler, lambda: store.size("celery") >= 1, timeout=2)
+        assert store.size("celery") == 1  # ~0.8 s after this start, not 3 s after it
+    finally:
+        scheduler.close()
 
 
 @pytest.mark.parametrize(

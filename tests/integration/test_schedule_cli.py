@@ -5,6 +5,7 @@ is exit 2 with the reason and nothing stored; ``stats`` lists the schedule."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from support import kombu_sqlqueue_cli
@@ -45,7 +46,9 @@ def test_entries_are_added_paused_resumed_and_removed(broker_url: str) -> None:
     assert found["report"]["schedule"] == "crontab */15 9-17 * * mon-fri"
     assert json.loads(str(found["report"]["options"])) == {"queue": "reports"}
     assert found["ping"]["schedule"] == "every 30s" and found["ping"]["args"] == "[1]"
-    assert found["ping"]["next_run"] == "an interval after a beat starts"
+    # Its first run is counted from when it was written (no beat has run it yet).
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", str(found["ping"]["next_run"]))
+    assert found["ping"]["last_run"] == "-" and found["ping"]["runs"] == 0
 
     assert kombu_sqlqueue_cli("schedule", "pause", broker_url, "ping").returncode == 0
     assert listed(broker_url)["ping"]["next_run"] == "paused"
@@ -73,6 +76,11 @@ def test_entries_are_added_paused_resumed_and_removed(broker_url: str) -> None:
         ["bad", "t", "--every", "5s", "--args", '{"a": 1}'],
         ["bad", "t", "--every", "5s", "--kwargs", "[1]"],
         ["bad", "t", "--crontab", "* * * * *", "--relative"],
+        ["bad", "t", "--every", "0.0000004"],
+        ["bad", "t", "--every", "5s", "--args", '[{"__type__": "datetime", "__value__": 5}]'],
+        ["bad", "t" * 256, "--every", "5s"],
+        ["bad ", "t", "--every", "5s"],
+        ["bad", "t", "--every", "5s", "--queue", "no\x00queue"],
     ],
 )
 def test_a_bad_entry_is_exit_2_and_nothing_is_stored(broker_url: str, args: list[str]) -> None:
