@@ -53,13 +53,15 @@ class InvalidSchedule(ConfigurationError):
     unknown kind, arguments JSON cannot hold."""
 
 
-def schedule_to_json(schedule: Any) -> str:
-    """A Celery schedule (interval, ``crontab``, ``solar``) as the table stores it."""
+def schedule_to_json(schedule: Any, timezone: str | None = None) -> str:
+    """A Celery schedule (interval, ``crontab``, ``solar``) as the table stores it; a
+    crontab with the time zone its fields are in (``timezone``; else UTC), so that every
+    reader — beats, ``schedule list``, the exporter — finds the same slots."""
     if isinstance(schedule, (int, float, datetime.timedelta)):
         schedule = schedules.schedule(schedule)
     if isinstance(schedule, schedules.crontab):
         spec = {f: _cron_text(getattr(schedule, f"_orig_{f}")) for f in _CRON_FIELDS}
-        return dumps({"crontab": spec})
+        return dumps({"crontab": spec, "tz": timezone or "UTC"})
     if isinstance(schedule, schedules.solar):
         return dumps({"solar": {"event": schedule.event, "lat": schedule.lat, "lon": schedule.lon}})
     if type(schedule) is schedules.schedule:
@@ -68,9 +70,9 @@ def schedule_to_json(schedule: Any) -> str:
     raise InvalidSchedule(f"a schedule of kind {type(schedule).__name__} cannot be stored")
 
 
-def stored_schedule(schedule: Any) -> str:
+def stored_schedule(schedule: Any, timezone: str | None = None) -> str:
     """``schedule`` as stored, checked to read back as itself (else a beat would skip it)."""
-    text = schedule_to_json(schedule)
+    text = schedule_to_json(schedule, timezone)
     if isinstance(schedule, (int, float, datetime.timedelta)):
         schedule = schedules.schedule(schedule)
     again = schedule_from_json(text)
@@ -107,7 +109,9 @@ def schedule_from_json(text: str, app: Any = None, nowfun: Any = None) -> Any:
         if "crontab" in spec:
             fields = spec["crontab"]
             return schedules.crontab(
-                **{f: str(fields.get(f, "*")) for f in _CRON_FIELDS}, nowfun=nowfun, app=app
+                **{f: str(fields.get(f, "*")) for f in _CRON_FIELDS},
+                nowfun=nowfun,
+                app=_in_zone(str(spec.get("tz") or "UTC")),
             )
         if "solar" in spec:
             s = spec["solar"]
@@ -128,6 +132,23 @@ def dumps(value: Any) -> str:
 
 def loads(text: str) -> Any:
     return kombu_json.loads(text)  # type: ignore[no-untyped-call]
+
+
+_zones: dict[str, Any] = {}
+
+
+def _in_zone(timezone: str) -> Any:
+    """A Celery app (not the current one) whose clock is in ``timezone``: what a crontab's
+    fields are read in (Celery takes a crontab's time zone from its app)."""
+    found = _zones.get(timezone)
+    if found is None:
+        from celery import Celery
+
+        found = Celery(f"kombu_sqlqueue_tz_{timezone}", set_as_current=False)
+        found.conf.timezone = timezone
+        _ = found.timezone  # (a zone zoneinfo does not know: raised here, at read)
+        _zones[timezone] = found
+    return found
 
 
 def _us(moment: datetime.datetime) -> int:
@@ -195,10 +216,12 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             self.max_interval = DEFAULT_MAX_INTERVAL
 
     def now(self) -> datetime.datetime:
-        """The database's time (this host's clock corrected by the last offset read)."""
-        return datetime.datetime.now(datetime.UTC) + datetime.timedelta(
-            microseconds=self.clock_offset_us
-        )
+        """The database's time (this host's clock corrected by the last offset read), in
+        the app's time zone (a ``relative`` interval's boundaries are the app's)."""
+        return (
+            datetime.datetime.now(datetime.UTC)
+            + datetime.timedelta(microseconds=self.clock_offset_us)
+        ).astimezone(self.app.timezone)
 
     # -- the table -----------------------------------------------------------------------
 
@@ -248,7 +271,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             return EntryRow(
                 name=name,
                 task=str(spec["task"]),
-                schedule=stored_schedule(schedule),
+                schedule=stored_schedule(schedule, str(self.app.timezone)),
                 args=dumps(list(spec.get("args") or ())),
                 kwargs=dumps(dict(spec.get("kwargs") or {})),
                 options=dumps(dict(spec.get("options") or {})),
@@ -323,7 +346,11 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             args=args,
             kwargs=kwargs,
             options=options,
-            last_run_at=None if row.last_run_us is None else _moment(row.last_run_us),
+            last_run_at=(
+                None
+                if row.last_run_us is None
+                else _moment(row.last_run_us).astimezone(self.app.timezone)
+            ),
             total_run_count=row.total_run_count,
             app=self.app,
             seen_us=row.last_run_us,
@@ -381,7 +408,10 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
             logger.warning("beat: %s: cannot read its last run: %s", entry.name, exc)
             return entry
         if row is not None and row.last_run_us is not None:
-            entry.last_run_at, entry.seen_us = _moment(row.last_run_us), row.last_run_us
+            entry.last_run_at, entry.seen_us = (
+                _moment(row.last_run_us).astimezone(self.app.timezone),
+                row.last_run_us,
+            )
             entry.total_run_count = row.total_run_count
         return entry
 

@@ -181,6 +181,12 @@ def _json_option(text: str, kind: type, what: str) -> str:
     "--crontab", "cron", help='Five fields: "minute hour day-of-month month day-of-week".'
 )
 @click.option(
+    "--timezone",
+    default="UTC",
+    show_default=True,
+    help="With --crontab: the zone its fields are in.",
+)
+@click.option(
     "--args", "args", default="[]", show_default=True, help="Positional arguments (JSON)."
 )
 @click.option(
@@ -196,6 +202,7 @@ def schedule_add(
     every: str | None,
     relative: bool,
     cron: str | None,
+    timezone: str,
     args: str,
     kwargs: str,
     queue: str | None,
@@ -230,7 +237,8 @@ def schedule_add(
                     "day_of_month": day_of_month,
                     "month_of_year": month_of_year,
                     "day_of_week": day_of_week,
-                }
+                },
+                "tz": timezone,
             }
         )
     schedule_from_json(spec)  # InvalidSchedule (exit 2) before anything is stored

@@ -259,3 +259,46 @@ def test_a_clock_stepped_back_neither_repeats_nor_skips(broker_url: str, store: 
         assert store.size("cron") == 0
     finally:
         scheduler.close()
+
+
+def test_a_crontab_is_read_in_the_app_s_time_zone_by_every_reader(
+    broker_url: str, store: JobStore
+) -> None:
+    """A crontab's fields are in the app's zone: the beat stores the zone with them, so
+    ``schedule list`` and the exporter find the same slots (read as UTC, an entry on time
+    was an hour overdue)."""
+    from zoneinfo import ZoneInfo
+
+    from kombu_sqlqueue.ops.metrics import ScheduleCollector
+    from kombu_sqlqueue.ops.schedule_cli import describe
+
+    app = make_app(broker_url, four={"task": "t.four", "schedule": schedules.crontab(0, 4)})
+    app.conf.timezone = "Europe/Berlin"
+    scheduler = DatabaseScheduler(app)
+    table = scheduler._table
+    assert table is not None
+    try:
+        berlin = ZoneInfo("Europe/Berlin")
+        now = datetime.datetime.now(berlin)
+        last = now.replace(hour=4, minute=0, second=0, microsecond=0)
+        if last > now:
+            last -= datetime.timedelta(days=1)
+        with table.db.begin() as conn:  # it ran at its last slot, 04:00 in Berlin
+            conn.execute(
+                table.table.update().values(
+                    last_run_us=round(last.timestamp() * 1e6), total_run_count=1
+                )
+            )
+        (row,) = [r for r in table.entries() if r.name == "four"]
+        assert '"tz": "Europe/Berlin"' in row.schedule
+        overdue = {
+            s.labels["entry"]: s.value
+            for f in ScheduleCollector(table).collect()
+            for s in f.samples
+            if s.name == "askr_beat_overdue_seconds"
+        }
+        assert overdue["four"] == 0
+        following = (last + datetime.timedelta(days=1)).astimezone(datetime.UTC)
+        assert describe(row)["next_run"] == following.strftime("%Y-%m-%d %H:%M:%S")
+    finally:
+        scheduler.close()

@@ -81,6 +81,7 @@ def test_entries_are_added_paused_resumed_and_removed(broker_url: str) -> None:
         ["bad", "t" * 256, "--every", "5s"],
         ["bad ", "t", "--every", "5s"],
         ["bad", "t", "--every", "5s", "--queue", "no\x00queue"],
+        ["bad", "t", "--crontab", "0 4 * * *", "--timezone", "Mars/Olympus"],
     ],
 )
 def test_a_bad_entry_is_exit_2_and_nothing_is_stored(broker_url: str, args: list[str]) -> None:
