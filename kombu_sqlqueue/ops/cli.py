@@ -11,7 +11,6 @@ is created by a command other than ``create-tables``.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +44,9 @@ from ..store.schema import CONTRACT_TABLES, CONTRACT_VERSION
 from .connect import open_admin, store_url
 from .schedule_cli import print_schedule_of, schedule, schedule_table
 from .summary import summarize
+from .text import parse_duration
+from .text import safe as _safe
+from .text import table as _table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -156,46 +158,9 @@ def _when(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _safe(text: object) -> str:
-    """``text`` printable on any terminal encoding: a stored row may hold a lone surrogate
-    (a JSON ``\\ud800``), which would make the print fail."""
-    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: int = 0) -> None:
-    """Print ``rows`` in aligned columns; the columns from ``right`` on right-aligned."""
-    text = [[_safe(c) for c in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in text)]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if right and i >= right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    click.echo(line(headers))
-    for row in text:
-        click.echo(line(row))
-
-
 def _one_line(text: str | None, width: int = 60) -> str:
     first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return first if len(first) <= width else first[: width - 1] + "…"
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(_ctx: click.Context | None, _param: object, value: str | None) -> float | None:
-    """``7d``, ``12h``, ``30m``, ``45s`` or plain seconds, as seconds."""
-    if value is None:
-        return None
-    found = _DURATION.match(value)
-    if found is None:
-        raise click.BadParameter(f"{value!r} is not a duration such as 90, 45s, 30m, 12h, 7d, 2w")
-    return float(found.group(1)) * _UNIT[found.group(2)]
 
 
 def _check_queues(admin: QueueAdmin, queues: Iterable[str]) -> None:

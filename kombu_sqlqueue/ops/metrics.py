@@ -42,7 +42,6 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy.exc import SQLAlchemyError
 
 from ..exceptions import SqlQueueError
 from ..store.admin import QueueAdmin, QueueStats
@@ -168,7 +167,7 @@ class ScheduleCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             rows = self.table.entries() if self.table.present() else []
-        except (SqlQueueError, SQLAlchemyError) as exc:
+        except SqlQueueError as exc:
             logger.warning("no schedule in this scrape: %s", exc)
             return
         if not rows:

@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
-from ..exceptions import ConfigurationError, StoreError
+from ..exceptions import ConfigurationError
 from ..store.database import Database
 from ..store.names import validate_queue_name
 from ..store.schedules import EntryRow, ScheduleTable
 from .connect import store_url
+from .text import parse_duration
+from .text import table as print_table
 
 
 class UnknownEntry(ConfigurationError):
@@ -30,7 +31,7 @@ class UnknownEntry(ConfigurationError):
 @contextmanager
 def schedule_table(url: str, create: bool = True) -> Iterator[ScheduleTable]:
     """The schedule of the database at ``url``; its table made when absent (``create``).
-    A database error is a :class:`StoreError` (the CLI's exit 2 with the reason)."""
+    A database error is a ``StoreError`` (the CLI's exit 2 with the reason)."""
     database = Database(store_url(url))
     try:
         queries = database.engine.queries
@@ -38,8 +39,6 @@ def schedule_table(url: str, create: bool = True) -> Iterator[ScheduleTable]:
         if create:
             table.create()  # (idempotent: the schedule's table alone, as a beat makes it)
         yield table
-    except SQLAlchemyError as exc:
-        raise StoreError(f"the schedule's table cannot be used: {exc}") from exc
     finally:
         database.close()
 
@@ -120,9 +119,7 @@ def print_entries(rows: list[EntryRow], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(shown))
         return
-    from .cli import _table  # (the CLI's table printer)
-
-    _table(
+    print_table(
         ("entry", "task", "schedule", "next run (UTC)", "last run (UTC)", "runs", "sent by"),
         (
             (
@@ -212,7 +209,6 @@ def schedule_add(
     """Add entry NAME sending TASK --every INTERVAL or on a --crontab (a bad one: exit 2,
     nothing stored). Running beats send it from their next read of the table."""
     from ..beat import schedule_from_json  # Celery checks the schedule
-    from .cli import parse_duration
 
     if (every is None) == (cron is None):
         raise click.UsageError("give --every INTERVAL or --crontab FIELDS (one of them)")

@@ -15,12 +15,33 @@ options as JSON, written and read by ``kombu_sqlqueue/beat.py``).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
+
+from ..exceptions import StoreError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _store_errors(verb: Callable[P, R]) -> Callable[P, R]:
+    """A verb whose database errors are :class:`StoreError` (an operator's exit 2, a beat's
+    logged line) with what the driver said."""
+
+    @functools.wraps(verb)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return verb(*args, **kwargs)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"the schedule ({SCHEDULE_TABLE}) cannot be used: {exc}") from exc
+
+    return wrapped
+
 
 #: The table (ours, additive to contract v1's).
 SCHEDULE_TABLE = "askr_beat_entries"
@@ -116,14 +137,17 @@ class ScheduleTable:
             sa.select(t.name).where(mine, t.last_run_us.is_(None)).with_for_update(skip_locked=True)
         )
 
+    @_store_errors
     def create(self) -> None:
         """Create the table if absent (idempotent; ``create-tables`` makes it too)."""
         self.table.metadata.create_all(self.db, checkfirst=True)
 
+    @_store_errors
     def entries(self) -> list[EntryRow]:
         with self.db.connect() as conn:
             return [self._row(r) for r in conn.execute(self._select)]
 
+    @_store_errors
     def entry(self, name: str) -> EntryRow | None:
         with self.db.connect() as conn:
             found = conn.execute(self._select.where(self.table.c.name == name)).first()
@@ -162,6 +186,7 @@ class ScheduleTable:
             int(late),
         )
 
+    @_store_errors
     def write_definitions(self, rows: Sequence[EntryRow], now_us: int) -> list[str]:
         """Write an app's entries (``beat_schedule``): new ones inserted, changed definitions
         updated, their run state kept. Many beats may start at once: an entry another beat
@@ -205,6 +230,7 @@ class ScheduleTable:
                 changed.append(row.name)
         return changed
 
+    @_store_errors
     def clock_offset_us(self) -> int:
         """How far the database's clock is ahead of this host's (microseconds; negative:
         behind), read at the middle of the round trip. 0 without the engine's clock."""
@@ -216,10 +242,12 @@ class ScheduleTable:
             after = time.time()
         return database_us - round((before + after) / 2 * 1_000_000)
 
+    @_store_errors
     def present(self) -> bool:
         """Whether the table is in this database (a beat or ``create-tables`` made it)."""
         return bool(sa.inspect(self.db).has_table(SCHEDULE_TABLE))
 
+    @_store_errors
     def add(self, row: EntryRow, now_us: int) -> bool:
         """Insert an entry (``schedule add``); False when one of that name exists."""
         values = {
@@ -244,6 +272,7 @@ class ScheduleTable:
             ).first()
         return found is not None and tuple(found) == (row.task, row.schedule, row.source, now_us)
 
+    @_store_errors
     def set_enabled(self, name: str, enabled: bool, now_us: int) -> bool:
         """Pause (``enabled`` False) or resume an entry; False when there is none of that
         name. Running beats drop or take it up at their next read of the table; a beat
@@ -257,6 +286,7 @@ class ScheduleTable:
             )
             return bool(changed.rowcount == 1)
 
+    @_store_errors
     def remove(self, name: str) -> bool:
         """Delete an entry; False when there is none of that name. (An entry of an app's
         ``beat_schedule`` is written again when a beat of that app starts.)"""
