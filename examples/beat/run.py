@@ -2,10 +2,10 @@
 once and runs once.
 
 Starts two ``celery -A tasks beat`` (``b1``, ``b2``: the app's ``DatabaseScheduler``) and two
-``celery -A tasks worker`` processes (``w1``, ``w2``) on one SQLite file, lets the beats send a
-tick a second for ``RUN_SECONDS`` (default 8), stops them, lets the workers finish the queue,
-then compares what the beats sent with what ran: a tick a second between them (not two),
-every tick ran once, none twice, none lost. Exits 1 if not.
+``celery -A tasks worker`` processes (``w1``, ``w2``) on one SQLite file, lets the beats send
+a tick a second for ``RUN_SECONDS`` (default 8) from the first, stops them, lets the workers
+finish the queue, then compares what the beats sent with what ran: a tick a second between
+them (not two), every tick ran once, none twice, none lost. Exits 1 if not.
 
     python examples/beat/run.py
 """
@@ -69,6 +69,12 @@ def main() -> int:
     ]
     beats = [celery("beat", "-l", "info", log=logs / f"{name}.log") for name in ("b1", "b2")]
     try:
+        # From the first tick on (the beats and their imports take a while to start).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            SENT.search((logs / f"{name}.log").read_text(errors="replace")) for name in ("b1", "b2")
+        ):
+            time.sleep(0.2)
         time.sleep(RUN_SECONDS)
         for beat in beats:
             stop(beat)

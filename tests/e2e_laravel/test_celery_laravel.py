@@ -335,8 +335,10 @@ def test_php_celery_and_the_bridge_drain_one_shared_queue_each_job_once(
         ("App\\Jobs\\Unicode", WORKER_CASES["unicode"][2]),
     ]
     jobs = [laravel_queue.build(*mix[i % 4]) for i in range(1000)]
-    laravel_queue.table.push_many(jobs)
     uuids = {job.uuid for job in jobs}
+    # The three runners first, the jobs then: pushed before, the two that start quickest
+    # drained them all while Celery's worker was still starting (a loaded CI machine).
+    celery = celery_worker(LC_CLASSES="App\\Jobs\\Ping,App\\Jobs\\Scalars", LC_QUEUES="default")
     (tmp_path / "shared_handlers.py").write_text(BRIDGE_HANDLERS)
     py_runs = tmp_path / "bridge.jsonl"
     env = {
@@ -351,12 +353,13 @@ def test_php_celery_and_the_bridge_drain_one_shared_queue_each_job_once(
         env=env, stdout=subprocess.DEVNULL, stderr=bridge_err, text=True,
     )  # fmt: skip
     php = queue.start_work(tmp_path / "php.out", sleep=0.1)
-    celery = celery_worker(LC_CLASSES="App\\Jobs\\Ping,App\\Jobs\\Scalars", LC_QUEUES="default")
 
     def all_runs() -> list[dict[str, Any]]:
         return json_lines(out) + json_lines(py_runs) + queue.runs()
 
     try:
+        time.sleep(2)  # the bridge and PHP's worker polling (Celery's said it is ready)
+        laravel_queue.table.push_many(jobs)
         wait_for(
             lambda: (
                 laravel_queue.size("default") == 0
