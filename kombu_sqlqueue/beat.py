@@ -159,6 +159,21 @@ def _moment(us: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(us / 1_000_000, datetime.UTC)
 
 
+def until_next_run(row: EntryRow) -> float | None:
+    """Seconds from now until the next run of ``row``, by its schedule and its last run
+    (negative: due that long ago; a crontab that never ran: its next slot); None for an
+    interval that never ran. What ``schedule list`` and the exporter show (a beat's own
+    decision is Celery's ``is_due``). :class:`InvalidSchedule` when the row holds none."""
+    schedule = schedule_from_json(row.schedule)
+    if row.last_run_us is not None:
+        last = _moment(row.last_run_us)
+    elif isinstance(schedule, schedules.crontab):
+        last = datetime.datetime.now(datetime.UTC)
+    else:
+        return None
+    return float(schedule.remaining_estimate(last).total_seconds())
+
+
 class DatabaseEntry(ScheduleEntry):  # type: ignore[misc]  # (Celery is untyped)
     """An entry with the last run the database holds (``seen_us``: what the next take
     compares with)."""

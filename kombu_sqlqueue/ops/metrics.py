@@ -37,7 +37,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -201,15 +200,14 @@ def _overdue(row: EntryRow) -> float | None:
     if not row.enabled or row.last_run_us is None:
         return None
     try:
-        from ..beat import InvalidSchedule, schedule_from_json  # Celery's schedules
+        from ..beat import InvalidSchedule, until_next_run  # Celery's schedules
     except ImportError:
         return None
     try:
-        schedule = schedule_from_json(row.schedule)
+        remaining = until_next_run(row)
     except InvalidSchedule:
         return None
-    last = datetime.fromtimestamp(row.last_run_us / 1_000_000, UTC)
-    return max(0.0, -float(schedule.remaining_estimate(last).total_seconds()))
+    return None if remaining is None else max(0.0, -remaining)
 
 
 def serve(

@@ -56,10 +56,6 @@ def _now_us() -> int:
     return round(time.time() * 1_000_000)
 
 
-def _moment(us: int) -> datetime:
-    return datetime.fromtimestamp(us / 1_000_000, UTC)
-
-
 def _when(us: int | None) -> str:
     if us is None:
         return "-"
@@ -69,9 +65,7 @@ def _when(us: int | None) -> str:
 def describe(row: EntryRow) -> dict[str, Any]:
     """An entry as ``list`` and ``stats`` show it: its schedule in words and its next run
     (unreadable: said, not raised — a beat skips such a row too)."""
-    from celery import schedules  # Celery: only when shown
-
-    from ..beat import InvalidSchedule, schedule_from_json
+    from ..beat import InvalidSchedule, schedule_from_json, until_next_run  # (Celery)
 
     found: dict[str, Any] = {
         "name": row.name,
@@ -89,15 +83,13 @@ def describe(row: EntryRow) -> dict[str, Any]:
     except InvalidSchedule as exc:
         return {**found, "schedule": f"unreadable: {exc}", "next_run": "-"}
     found["schedule"] = _schedule_words(schedule)
-    now = datetime.now(UTC)
+    remaining = until_next_run(row)
     if not row.enabled:
         found["next_run"] = "paused"
-    elif row.last_run_us is None and not isinstance(schedule, schedules.crontab):
+    elif remaining is None:
         found["next_run"] = "an interval after a beat starts"  # (rows of an earlier version)
-    else:  # a crontab that never ran: its next slot from now
-        last = now if row.last_run_us is None else _moment(row.last_run_us)
-        remaining = schedule.remaining_estimate(last).total_seconds()
-        at = round(now.timestamp() + remaining) * 1_000_000  # (the slot, to the second)
+    else:
+        at = round(time.time() + remaining) * 1_000_000  # (the slot, to the second)
         found["next_run"] = "due now" if remaining <= 0 else _when(at)
     return found
 
